@@ -1,0 +1,120 @@
+// Package inventory loads and validates inventory.yaml: the one file that
+// describes a hardway cluster.
+//
+// Loading keeps the yaml.v3 node tree so that every problem is reported at
+// its file:line:col, all at once, sorted — a user fixing an inventory should
+// not have to run hardway once per typo.
+package inventory
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/hashicorp/go-version"
+)
+
+// Defaults used when the inventory leaves a field out.
+const (
+	DefaultKubernetesVersion = "v1.36.3"
+	DefaultArch              = "amd64"
+	DefaultServiceCIDR       = "10.32.0.0/24"
+	DefaultPodCIDR           = "10.200.0.0/16"
+	DefaultClusterDomain     = "cluster.local"
+	DefaultAPIServerPort     = 6443
+	DefaultSSHUser           = "root"
+	DefaultSSHPort           = 22
+	DefaultAlgorithm         = "ecdsa-p256"
+	DefaultProvider          = "secretbox"
+	DefaultClusterName       = "hardway"
+	// The official download sites; a mirror with the same layout may replace them.
+	DefaultKubernetesMirror = "https://dl.k8s.io"
+	DefaultEtcdMirror       = "https://github.com/etcd-io/etcd/releases/download"
+
+	DefaultCAValidity   = 10 * 365 * 24 * time.Hour
+	DefaultLeafValidity = 365 * 24 * time.Hour
+)
+
+// Inventory is inventory.yaml after loading: defaults filled in, validated.
+type Inventory struct {
+	Cluster           string     `yaml:"cluster"`
+	KubernetesVersion string     `yaml:"kubernetesVersion"` // "v1.36.3", or a minor "1.36" resolved by pkg/release
+	EtcdVersion       string     `yaml:"etcdVersion"`       // "v3.6.16"; default from the table per Kubernetes minor
+	Arch              string     `yaml:"arch"`              // amd64 or arm64
+	Network           Network    `yaml:"network"`
+	SSH               SSH        `yaml:"ssh"`
+	PKI               PKI        `yaml:"pki"`
+	Encryption        Encryption `yaml:"encryption"`
+	Releases          Releases   `yaml:"releases"`
+	ControlPlane      []Host     `yaml:"controlPlane"`
+	Workers           []Host     `yaml:"workers"`
+
+	// Filled in by Load; not part of the file.
+	Path     string           `yaml:"-"` // absolute path of the inventory file
+	K8s      *version.Version `yaml:"-"` // parsed KubernetesVersion (a minor parses as X.Y.0)
+	Etcd     *version.Version `yaml:"-"` // parsed EtcdVersion
+	Warnings []Problem        `yaml:"-"` // problems that do not stop hardway (even quorum, untested pairing)
+}
+
+// Network holds the cluster's address plans.
+type Network struct {
+	ServiceCIDR       string `yaml:"serviceCIDR"`
+	PodCIDR           string `yaml:"podCIDR"`
+	ClusterDomain     string `yaml:"clusterDomain"`
+	APIServerEndpoint string `yaml:"apiServerEndpoint"` // host[:port] of a VIP or load balancer; default the first control-plane host
+
+	serviceNet netip.Prefix
+	podNet     netip.Prefix
+}
+
+// SSH says how hardway reaches hosts. Per-host overrides use the same shape;
+// their zero fields inherit the inventory-wide ones.
+type SSH struct {
+	User           string `yaml:"user"`
+	Port           int    `yaml:"port"`
+	IdentityFile   string `yaml:"identityFile"`   // relative to the inventory file
+	KnownHostsFile string `yaml:"knownHostsFile"` // relative to the inventory file; default ~/.ssh/known_hosts
+	Bastion        string `yaml:"bastion"`        // jump host: [user@]host[:port]
+	Sudo           *bool  `yaml:"sudo"`           // default: true when user is not root
+}
+
+// PKI chooses the key algorithm and certificate lifetimes.
+type PKI struct {
+	Algorithm    string   `yaml:"algorithm"` // ecdsa-p256, rsa-2048, rsa-3072, rsa-4096
+	CAValidity   Duration `yaml:"caValidity"`
+	LeafValidity Duration `yaml:"leafValidity"`
+}
+
+// Encryption chooses the provider for secrets at rest.
+type Encryption struct {
+	Provider string `yaml:"provider"` // secretbox, aescbc, aesgcm
+}
+
+// Releases are the base URLs binaries are fetched from (http, https or file).
+type Releases struct {
+	Kubernetes string `yaml:"kubernetes"` // <base>/release/vX.Y.Z/bin/linux/<arch>/<bin>
+	Etcd       string `yaml:"etcd"`       // <base>/vX.Y.Z/etcd-vX.Y.Z-linux-<arch>.tar.gz
+}
+
+// Host is one machine, control plane or worker.
+type Host struct {
+	Name            string `yaml:"name"`            // DNS-1123 label; hostname, etcd member name, cert names
+	Address         string `yaml:"address"`         // IP hardway connects to over SSH
+	InternalAddress string `yaml:"internalAddress"` // IP the cluster uses; default Address
+	SSH             *SSH   `yaml:"ssh"`             // per-host overrides
+}
+
+// IP is the host's cluster-facing address (InternalAddress, else Address).
+func (h Host) IP() string {
+	if h.InternalAddress != "" {
+		return h.InternalAddress
+	}
+	return h.Address
+}
+
+// Addresses are the host's distinct addresses, internal first.
+func (h Host) Addresses() []string {
+	if h.InternalAddress != "" && h.InternalAddress != h.Address {
+		return []string{h.InternalAddress, h.Address}
+	}
+	return []string{h.Address}
+}

@@ -1,0 +1,34 @@
+// Package state names the files of hardway's local state directory.
+//
+// The state directory (default .hardway next to the inventory) holds the CA
+// and every key: it must be backed up and must not be committed. Naming its
+// files in one place keeps pki, render, push and verify agreeing on them.
+package state
+
+import "path/filepath"
+
+// Dir is a state directory.
+type Dir string
+
+// PKIDir holds <name>.crt and <name>.key for every certificate.
+func (d Dir) PKIDir() string { return filepath.Join(string(d), "pki") }
+
+// Cert is the certificate file of the named entry of the PKI table.
+func (d Dir) Cert(name string) string { return filepath.Join(d.PKIDir(), name+".crt") }
+
+// Key is the private key file of the named entry (0600).
+func (d Dir) Key(name string) string { return filepath.Join(d.PKIDir(), name+".key") }
+
+// KubeconfigDir holds <name>.kubeconfig.
+func (d Dir) KubeconfigDir() string { return filepath.Join(string(d), "kubeconfigs") }
+
+// Kubeconfig is the kubeconfig file of a component or user (admin, kube-scheduler, ...).
+func (d Dir) Kubeconfig(name string) string {
+	return filepath.Join(d.KubeconfigDir(), name+".kubeconfig")
+}
+
+// EncryptionConfig is the apiserver's EncryptionConfiguration (holds the key).
+func (d Dir) EncryptionConfig() string { return filepath.Join(string(d), "encryption-config.yaml") }
+
+// LogDir holds one log file per run.
+func (d Dir) LogDir() string { return filepath.Join(string(d), "logs") }
