@@ -36,11 +36,13 @@ func ParseDuration(s string) (time.Duration, error) {
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: a duration must be a string such as 8760h, 365d or 10y", n.Line)
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: a duration must be a string such as 8760h, 365d or 10y", n.Line)}}
 	}
 	v, err := ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
+		// A TypeError (not a plain error) lets yaml.v3 go on decoding the
+		// rest of the file, so every problem is reported at once.
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
 	}
 	*d = Duration(v)
 	return nil

@@ -164,17 +164,34 @@ func (l *loader) parse(data []byte) *Inventory {
 	doc := root.Content[0]
 	l.pos[""] = doc
 	l.walk(doc, reflect.TypeOf(Inventory{}), "")
-	if len(l.problems) > 0 {
-		// Unknown keys and wrong shapes are already reported with their
-		// positions; decoding would only repeat them without columns.
-		return nil
-	}
+	// Decode even when the walk found problems: yaml.v3 keeps going past
+	// unknown fields and type errors, so the rest of the file is still
+	// validated and the user sees every problem in one run.
 	var inv Inventory
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&inv); err != nil {
-		l.yamlError(err, "")
-		return nil
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			l.yamlError(err, "")
+			return nil
+		}
+		flagged := map[int]bool{}
+		for _, p := range l.problems {
+			flagged[p.Line] = true
+		}
+		var rest []string
+		for _, m := range te.Errors {
+			if sm := lineRE.FindStringSubmatch(m); sm != nil {
+				if n, _ := strconv.Atoi(sm[1]); flagged[n] {
+					continue // the walk said it already, with a column
+				}
+			}
+			rest = append(rest, m)
+		}
+		if len(rest) > 0 {
+			l.yamlError(&yaml.TypeError{Errors: rest}, "")
+		}
 	}
 	return &inv
 }

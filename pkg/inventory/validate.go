@@ -214,8 +214,13 @@ func (l *loader) validateNetwork(inv *Inventory) {
 		l.errorf("network.podCIDR", "write a network such as 10.200.0.0/16", "%v", err)
 	}
 	if n.serviceNet.IsValid() && n.podNet.IsValid() && n.serviceNet.Overlaps(n.podNet) {
-		l.errorf("network.podCIDR", "pick pod and service ranges that do not overlap, e.g. 10.200.0.0/16 and 10.32.0.0/24",
-			"%s overlaps network.serviceCIDR %s", n.PodCIDR, n.ServiceCIDR)
+		// Point at the range the user wrote; the other may be a default.
+		at := "network.podCIDR"
+		if _, written := l.pos[at]; !written {
+			at = "network.serviceCIDR"
+		}
+		l.errorf(at, "pick pod and service ranges that do not overlap, e.g. 10.200.0.0/16 and 10.32.0.0/24",
+			"podCIDR %s and serviceCIDR %s overlap", n.PodCIDR, n.ServiceCIDR)
 	}
 	if n.serviceNet.IsValid() && n.serviceNet.Bits() > 0 && n.serviceNet.Addr().Is4() && n.serviceNet.Bits() > 30 {
 		l.errorf("network.serviceCIDR", "use at least a /30; a /24 is typical", "%s is too small", n.ServiceCIDR)
