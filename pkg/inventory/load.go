@@ -146,8 +146,12 @@ func (l *loader) add(warning bool, path, hint, format string, args ...any) {
 		Msg: fmt.Sprintf(format, args...), Hint: hint, Warning: warning})
 }
 
-func (l *loader) errorf(path, hint, format string, args ...any) { l.add(false, path, hint, format, args...) }
-func (l *loader) warnf(path, hint, format string, args ...any)  { l.add(true, path, hint, format, args...) }
+func (l *loader) errorf(path, hint, format string, args ...any) {
+	l.add(false, path, hint, format, args...)
+}
+func (l *loader) warnf(path, hint, format string, args ...any) {
+	l.add(true, path, hint, format, args...)
+}
 
 var lineRE = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
