@@ -1,0 +1,247 @@
+package units
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/go-version"
+
+	"github.com/hardway/hardway/pkg/inventory"
+)
+
+// Flag is one command-line flag of a component, with why it is there.
+type Flag struct {
+	Name   string // without the leading "--"
+	Value  string
+	Reason string // one line, for 'hardway render --explain'
+}
+
+// Arg is the flag as it appears on the command line.
+func (f Flag) Arg() string { return "--" + f.Name + "=" + f.Value }
+
+// Args are the flags as command-line arguments, in the flags' order.
+func Args(flags []Flag) []string {
+	out := make([]string, len(flags))
+	for i, f := range flags {
+		out[i] = f.Arg()
+	}
+	return out
+}
+
+// flagDef is a row of a component's flag table. when is a go-version
+// constraint on the component's version ("" = every supported version):
+// flags come and go between releases, and a flag a binary does not know
+// stops it from starting.
+type flagDef struct {
+	when   string
+	name   string
+	value  string
+	reason string
+}
+
+// Flags returns the flags component runs with on host h, sorted by name.
+func Flags(inv *inventory.Inventory, h inventory.Host, component string) ([]Flag, error) {
+	var defs []flagDef
+	var v *version.Version
+	switch component {
+	case Etcd:
+		defs, v = etcdFlags(inv, h), inv.Etcd
+	case APIServer:
+		defs, v = apiserverFlags(inv, h), inv.K8s
+	case ControllerManager:
+		defs, v = controllerManagerFlags(inv), inv.K8s
+	case Scheduler:
+		defs, v = schedulerFlags(), inv.K8s
+	default:
+		return nil, fmt.Errorf("unknown component %q", component)
+	}
+	if v == nil {
+		return nil, fmt.Errorf("%s: no version in the inventory", component)
+	}
+	return selectFlags(component, defs, v)
+}
+
+func selectFlags(component string, defs []flagDef, v *version.Version) ([]Flag, error) {
+	// Pre-releases (v3.7.0-rc.1) fail every constraint without a
+	// pre-release of their own; gate on the release they lead up to.
+	core := v.Core()
+	var out []Flag
+	for _, d := range defs {
+		if d.when != "" {
+			c, err := version.NewConstraint(d.when)
+			if err != nil {
+				return nil, fmt.Errorf("%s --%s: constraint %q: %w", component, d.name, d.when, err)
+			}
+			if !c.Check(core) {
+				continue
+			}
+		}
+		if err := checkArg(d.name, d.value); err != nil {
+			return nil, fmt.Errorf("%s: %w", component, err)
+		}
+		out = append(out, Flag{Name: d.name, Value: d.value, Reason: d.reason})
+	}
+	slices.SortFunc(out, func(a, b Flag) int { return strings.Compare(a.Name, b.Name) })
+	for i := 1; i < len(out); i++ {
+		if out[i].Name == out[i-1].Name {
+			return nil, fmt.Errorf("%s %s: --%s set twice", component, v, out[i].Name)
+		}
+	}
+	return out, nil
+}
+
+// checkArg keeps values to characters that mean nothing to systemd's
+// ExecStart parser: no quotes, spaces, backslashes, "$" (variable
+// expansion) or "%" (specifiers). Anything else would be rewritten by
+// systemd before the binary sees it.
+func checkArg(name, value string) error {
+	if name == "" || value == "" {
+		return fmt.Errorf("--%s: empty name or value", name)
+	}
+	for _, r := range name + value {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case strings.ContainsRune("-_=,./:*[]@", r):
+		default:
+			return fmt.Errorf("--%s=%s: character %q is not safe in a systemd ExecStart line", name, value, r)
+		}
+	}
+	return nil
+}
+
+func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+func etcdClientURL(h inventory.Host) string { return "https://" + hostPort(h.IP(), EtcdClientPort) }
+func etcdPeerURL(h inventory.Host) string   { return "https://" + hostPort(h.IP(), EtcdPeerPort) }
+
+// loopback is the loopback address of the host's address family.
+func loopback(h inventory.Host) string {
+	if a, err := netip.ParseAddr(h.IP()); err == nil && a.Is6() && !a.Is4In6() {
+		return "::1"
+	}
+	return "127.0.0.1"
+}
+
+// anyAddr listens on every address of the host's family.
+func anyAddr(h inventory.Host) string {
+	if loopback(h) == "::1" {
+		return "::"
+	}
+	return "0.0.0.0"
+}
+
+func etcdFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
+	var cluster []string
+	for _, m := range inv.ControlPlane {
+		cluster = append(cluster, m.Name+"="+etcdPeerURL(m))
+	}
+	return []flagDef{
+		{"", "name", h.Name, "member name; must match this host's entry in --initial-cluster"},
+		{"", "data-dir", EtcdDataDir, "where the member keeps its data (mode 0700)"},
+		{"", "advertise-client-urls", etcdClientURL(h), "the URL clients (the apiservers) are told to use for this member"},
+		{"", "listen-client-urls", etcdClientURL(h) + ",https://" + hostPort(loopback(h), EtcdClientPort),
+			"serve clients on the host address and on loopback (etcdctl on the host)"},
+		{"", "initial-advertise-peer-urls", etcdPeerURL(h), "the URL the other members use to reach this one"},
+		{"", "listen-peer-urls", etcdPeerURL(h), "serve Raft traffic from the other members"},
+		{"", "initial-cluster", strings.Join(cluster, ","), "every control-plane host is a member, over https"},
+		{"", "initial-cluster-state", "new", "bootstrap a new cluster; ignored once the data dir holds a member"},
+		{"", "initial-cluster-token", inv.Cluster, "keeps members of another cluster on the same network from joining this one"},
+		{"", "cert-file", EtcdServerCert, "serving certificate for clients (etcd-server-" + h.Name + ")"},
+		{"", "key-file", EtcdServerKey, "key of the serving certificate"},
+		{"", "trusted-ca-file", EtcdCACert, "client certificates must be signed by the cluster CA"},
+		{"", "client-cert-auth", "true", "reject clients without a certificate from the CA"},
+		{"", "peer-cert-file", EtcdPeerCert, "certificate presented to and accepted from peers (etcd-peer-" + h.Name + ")"},
+		{"", "peer-key-file", EtcdPeerKey, "key of the peer certificate"},
+		{"", "peer-trusted-ca-file", EtcdCACert, "peer certificates must be signed by the cluster CA"},
+		{"", "peer-client-cert-auth", "true", "reject peers without a certificate from the CA"},
+		{"", "listen-metrics-urls", EtcdMetricsURL, "/health and /metrics on loopback without client certificates, for probes"},
+		{"< 3.6.0", "snapshot-count", "10000", "3.5 keeps 100000 Raft entries in memory by default; 3.6 lowered it to 10000 (kubeadm's value)"},
+		{"< 3.6.0", "experimental-initial-corrupt-check", "true", "check the data for corruption before serving (3.5 spelling)"},
+		{"< 3.6.0", "experimental-watch-progress-notify-interval", "5s", "watch progress notifications the apiserver's watch cache relies on (3.5 spelling)"},
+		{">= 3.6.0", "feature-gates", "InitialCorruptCheck=true", "check the data for corruption before serving (feature gate since 3.6; --experimental-* is gone in 3.7)"},
+		{">= 3.6.0", "watch-progress-notify-interval", "5s", "watch progress notifications the apiserver's watch cache relies on (3.6+ spelling)"},
+	}
+}
+
+func apiserverFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
+	var servers []string
+	for _, m := range inv.ControlPlane {
+		servers = append(servers, etcdClientURL(m))
+	}
+	issuer := "https://kubernetes.default.svc." + inv.Network.ClusterDomain
+	return []flagDef{
+		{"", "advertise-address", h.IP(), "the address other members and the kubernetes Service endpoints publish for this apiserver"},
+		{"", "bind-address", anyAddr(h), "serve on every address of the host"},
+		{"", "secure-port", strconv.Itoa(APIServerPort), "the port kubeconfigs point at (127.0.0.1:6443 for the local components)"},
+		{"", "allow-privileged", "true", "CNI and kube-proxy DaemonSets need privileged pods"},
+		{"", "authorization-mode", "Node,RBAC", "kubelets limited to their own node's objects; RBAC for everyone else"},
+		{"", "enable-admission-plugins", "NodeRestriction", "stops a kubelet from editing other nodes or their pods"},
+		{"", "enable-bootstrap-token-auth", "true", "workers may join with bootstrap tokens (bootstrapsigner/tokencleaner run in the controller-manager)"},
+		{"", "client-ca-file", CACert, "client certificates signed by the cluster CA authenticate users and components"},
+		{"", "tls-cert-file", APIServerCert, "serving certificate (SANs: every control-plane address, the first service IP, kubernetes.default...)"},
+		{"", "tls-private-key-file", APIServerKey, "key of the serving certificate"},
+		{"", "service-cluster-ip-range", inv.Network.ServiceCIDR, "ALWAYS set: the default 10.0.0.0/24 would give the kubernetes Service an IP outside the serving certificate"},
+		{"", "service-account-issuer", issuer, "stable https issuer URL in service-account tokens; also the default --api-audiences"},
+		{"", "service-account-key-file", ServiceAccountPub, "public key that verifies service-account tokens"},
+		{"", "service-account-signing-key-file", ServiceAccountKey, "private key that signs service-account tokens (required since 1.20)"},
+		{"", "etcd-servers", strings.Join(servers, ","), "every etcd member over https, so losing one member's host does not stop this apiserver"},
+		{"", "etcd-cafile", CACert, "etcd serving certificates are signed by the cluster CA"},
+		{"", "etcd-certfile", EtcdClientCert, "client certificate etcd requires (--client-cert-auth)"},
+		{"", "etcd-keyfile", EtcdClientKey, "key of the etcd client certificate"},
+		{"", "kubelet-client-certificate", KubeletClientCert, "certificate for logs/exec/port-forward on kubelets (CN kube-apiserver-kubelet-client, bound by RBAC)"},
+		{"", "kubelet-client-key", KubeletClientKey, "key of the kubelet client certificate"},
+		{"", "kubelet-certificate-authority", CACert, "verify kubelets' serving certificates instead of trusting any"},
+		{"", "kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname", "reach kubelets by IP: hard-way hosts often lack DNS for node names"},
+		{"", "encryption-provider-config", EncryptionConfig, "encrypt Secrets at rest in etcd"},
+		{"", "encryption-provider-config-automatic-reload", "true", "pick up a rotated encryption key without a restart"},
+		{"", "requestheader-client-ca-file", FrontProxyCACert, "aggregation layer: trust the front-proxy CA for requests proxied to extension apiservers"},
+		{"", "requestheader-allowed-names", "front-proxy-client", "only the front-proxy client certificate may assert request headers"},
+		{"", "requestheader-username-headers", "X-Remote-User", "aggregation layer: user header (kubeadm's value)"},
+		{"", "requestheader-group-headers", "X-Remote-Group", "aggregation layer: group header (kubeadm's value)"},
+		{"", "requestheader-extra-headers-prefix", "X-Remote-Extra-", "aggregation layer: extra-attribute header prefix (kubeadm's value)"},
+		{"", "proxy-client-cert-file", FrontProxyClientCert, "certificate the apiserver presents to extension apiservers (metrics-server)"},
+		{"", "proxy-client-key-file", FrontProxyClientKey, "key of the front-proxy client certificate"},
+		{"", "audit-policy-file", AuditPolicy, "what to audit: metadata of every request, never bodies"},
+		{"", "audit-log-path", AuditLog, "write the audit log to a file"},
+		{"", "audit-log-maxage", "30", "keep rotated audit logs 30 days"},
+		{"", "audit-log-maxbackup", "10", "keep at most 10 rotated audit logs"},
+		{"", "audit-log-maxsize", "100", "rotate the audit log at 100 MB"},
+	}
+}
+
+func controllerManagerFlags(inv *inventory.Inventory) []flagDef {
+	return []flagDef{
+		{"", "bind-address", "127.0.0.1", "serve health and metrics on loopback only"},
+		{"", "secure-port", strconv.Itoa(ControllerManagerPort), "the secure port (the insecure 10252 and --port are gone since 1.24)"},
+		{"", "kubeconfig", ControllerManagerKube, "how to reach the local apiserver (https://127.0.0.1:6443)"},
+		{"", "authentication-kubeconfig", ControllerManagerKube, "delegate authentication of /metrics callers to the apiserver"},
+		{"", "authorization-kubeconfig", ControllerManagerKube, "delegate authorization of /metrics callers to the apiserver"},
+		{"", "leader-elect", "true", "one active controller-manager among the control-plane hosts"},
+		{"", "use-service-account-credentials", "true", "each controller uses its own service account, so RBAC applies per controller"},
+		{"", "controllers", "*,bootstrapsigner,tokencleaner", "the default controllers plus the two bootstrap-token ones"},
+		{"", "cluster-name", inv.Cluster, "prefix of cloud resources and the name in signed kubeconfigs"},
+		{"", "allocate-node-cidrs", "true", "give each node a slice of the pod network"},
+		{"", "cluster-cidr", inv.Network.PodCIDR, "the pod network that node slices come from"},
+		{"", "service-cluster-ip-range", inv.Network.ServiceCIDR, "must match the apiserver's"},
+		{"", "client-ca-file", CACert, "authenticate client certificates signed by the cluster CA"},
+		{"", "requestheader-client-ca-file", FrontProxyCACert, "trust requests proxied by the aggregation layer"},
+		{"", "root-ca-file", CACert, "CA bundle put into every service-account token secret and kube-root-ca.crt"},
+		{"", "cluster-signing-cert-file", CACert, "sign approved CSRs (kubelet certificates) with the cluster CA"},
+		{"", "cluster-signing-key-file", CAKey, "key of the cluster CA, for CSR signing"},
+		{"", "service-account-private-key-file", ServiceAccountKey, "sign legacy service-account token secrets with the same key as the apiserver"},
+	}
+}
+
+func schedulerFlags() []flagDef {
+	return []flagDef{
+		{"", "config", SchedulerConfig, "KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1): kubeconfig and leader election"},
+		{"", "bind-address", "127.0.0.1", "serve health and metrics on loopback only"},
+		{"", "secure-port", strconv.Itoa(SchedulerPort), "the secure port (the insecure 10251 is gone)"},
+		{"", "authentication-kubeconfig", SchedulerKube, "delegate authentication of /metrics callers to the apiserver"},
+		{"", "authorization-kubeconfig", SchedulerKube, "delegate authorization of /metrics callers to the apiserver"},
+	}
+}

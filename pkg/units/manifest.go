@@ -1,0 +1,142 @@
+package units
+
+import (
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/hardway/hardway/pkg/state"
+)
+
+// Components, in the order they start: etcd first (the apiserver needs a
+// quorum), the apiserver before its clients.
+const (
+	Etcd              = "etcd"
+	APIServer         = "kube-apiserver"
+	ControllerManager = "kube-controller-manager"
+	Scheduler         = "kube-scheduler"
+)
+
+// Components lists the control-plane services in start order.
+func Components() []string { return []string{Etcd, APIServer, ControllerManager, Scheduler} }
+
+// SourceKind says where a file that is not rendered comes from.
+type SourceKind string
+
+const (
+	SourceCert             SourceKind = "cert"              // state.Dir.Cert(Name)
+	SourceKey              SourceKind = "key"               // state.Dir.Key(Name)
+	SourcePublicKey        SourceKind = "public-key"        // <state>/pki/<Name>.pub (service-account)
+	SourceKubeconfig       SourceKind = "kubeconfig"        // state.Dir.Kubeconfig(Name)
+	SourceEncryptionConfig SourceKind = "encryption-config" // state.Dir.EncryptionConfig()
+	SourceBinary           SourceKind = "binary"            // a release binary by name; pkg/release knows where it is cached
+)
+
+// Source names a local file to copy to the host.
+type Source struct {
+	Kind SourceKind
+	Name string // PKI table name, kubeconfig name or binary name; "" for the encryption config
+}
+
+// LocalPath is the file in the state directory, or "" for a binary (whose
+// cache path belongs to pkg/release: render stays independent of it).
+func (s Source) LocalPath(d state.Dir) string {
+	switch s.Kind {
+	case SourceCert:
+		return d.Cert(s.Name)
+	case SourceKey:
+		return d.Key(s.Name)
+	case SourcePublicKey:
+		return filepath.Join(d.PKIDir(), s.Name+".pub")
+	case SourceKubeconfig:
+		return d.Kubeconfig(s.Name)
+	case SourceEncryptionConfig:
+		return d.EncryptionConfig()
+	}
+	return ""
+}
+
+func (s Source) String() string {
+	if s.Name == "" {
+		return string(s.Kind)
+	}
+	return string(s.Kind) + " " + s.Name
+}
+
+// File is one file a host needs: rendered (Content) or copied (Source).
+type File struct {
+	Path  string // absolute path on the host
+	Mode  fs.FileMode
+	Owner string // user:group
+	// Components are the services to restart when the file changes (sorted
+	// in start order; empty: nothing restarts, e.g. etcdctl).
+	Components []string
+	Content    []byte  // rendered content; nil when Source is set
+	Source     *Source // local file to copy; nil when rendered
+}
+
+// Dir is a directory a host needs before its files are written.
+type Dir struct {
+	Path  string
+	Mode  fs.FileMode
+	Owner string
+}
+
+// Manifest is everything one control-plane host needs, sorted by path.
+type Manifest struct {
+	Host  string
+	Dirs  []Dir
+	Files []File
+	// Flags are each component's command-line flags with the reason for
+	// each, as rendered into its unit (for --explain).
+	Flags map[string][]Flag
+}
+
+// File returns the file at path on the host, if the manifest has one.
+func (m *Manifest) File(path string) (File, bool) {
+	i := slices.IndexFunc(m.Files, func(f File) bool { return f.Path == path })
+	if i < 0 {
+		return File{}, false
+	}
+	return m.Files[i], true
+}
+
+// Restarts returns the services to restart, in start order, after the given
+// files changed on the host.
+func Restarts(changed []File) []string {
+	var out []string
+	for _, c := range Components() {
+		for _, f := range changed {
+			if slices.Contains(f.Components, c) {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Text is the manifest as a human-readable listing: one line per directory
+// and file with mode, owner, restarted services and origin.
+func (m *Manifest) Text() []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Files hardway pushes to %s. \"rendered\" files are in this tree;\n", m.Host)
+	b.WriteString("# the others are copied from the state directory or the release cache.\n")
+	for _, d := range m.Dirs {
+		fmt.Fprintf(&b, "%s/ %04o %s\n", d.Path, d.Mode.Perm(), d.Owner)
+	}
+	for _, f := range m.Files {
+		origin := "rendered"
+		if f.Source != nil {
+			origin = f.Source.String()
+		}
+		restart := "-"
+		if len(f.Components) > 0 {
+			restart = strings.Join(f.Components, ",")
+		}
+		fmt.Fprintf(&b, "%s %04o %s restart=%s from=%s\n", f.Path, f.Mode.Perm(), f.Owner, restart, origin)
+	}
+	return []byte(b.String())
+}

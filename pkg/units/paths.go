@@ -1,0 +1,72 @@
+package units
+
+import "io/fs"
+
+// Where things live on a hard-way control-plane host: the one table. Every
+// path rendered into a flag or pushed by the manifest is one of these
+// constants, so a unit and the file it names cannot disagree.
+const (
+	BinDir      = "/usr/local/bin"         // release binaries
+	UnitDir     = "/etc/systemd/system"    // systemd units
+	KubeDir     = "/var/lib/kubernetes"    // Kubernetes certs, keys, kubeconfigs, encryption and audit config
+	EtcdDir     = "/etc/etcd"              // etcd's certs
+	ConfigDir   = "/etc/kubernetes/config" // component config files
+	EtcdDataDir = "/var/lib/etcd"          // etcd data (0700: etcd warns about and tightens anything looser)
+	AuditLogDir = "/var/log/kubernetes"    // apiserver audit log
+
+	// Certificates and keys keep their names from the PKI table
+	// (<state>/pki/<name>.crt|.key), except per-host etcd ones, which drop the
+	// host suffix: each host holds only its own.
+	CACert                = KubeDir + "/ca.crt"
+	CAKey                 = KubeDir + "/ca.key" // controller-manager signs CSRs with it
+	APIServerCert         = KubeDir + "/kube-apiserver.crt"
+	APIServerKey          = KubeDir + "/kube-apiserver.key"
+	KubeletClientCert     = KubeDir + "/apiserver-kubelet-client.crt"
+	KubeletClientKey      = KubeDir + "/apiserver-kubelet-client.key"
+	EtcdClientCert        = KubeDir + "/apiserver-etcd-client.crt"
+	EtcdClientKey         = KubeDir + "/apiserver-etcd-client.key"
+	ServiceAccountKey     = KubeDir + "/service-account.key"
+	ServiceAccountPub     = KubeDir + "/service-account.pub"
+	FrontProxyCACert      = KubeDir + "/front-proxy-ca.crt"
+	FrontProxyClientCert  = KubeDir + "/front-proxy-client.crt"
+	FrontProxyClientKey   = KubeDir + "/front-proxy-client.key"
+	EncryptionConfig      = KubeDir + "/encryption-config.yaml"
+	AuditPolicy           = KubeDir + "/audit-policy.yaml"
+	AdminKubeconfig       = KubeDir + "/admin.kubeconfig"
+	ControllerManagerKube = KubeDir + "/kube-controller-manager.kubeconfig"
+	SchedulerKube         = KubeDir + "/kube-scheduler.kubeconfig"
+	SchedulerConfig       = ConfigDir + "/kube-scheduler.yaml"
+	AuditLog              = AuditLogDir + "/audit.log"
+
+	EtcdCACert     = EtcdDir + "/ca.crt"
+	EtcdServerCert = EtcdDir + "/etcd-server.crt" // from etcd-server-<host>.crt
+	EtcdServerKey  = EtcdDir + "/etcd-server.key"
+	EtcdPeerCert   = EtcdDir + "/etcd-peer.crt" // from etcd-peer-<host>.crt
+	EtcdPeerKey    = EtcdDir + "/etcd-peer.key"
+
+	Owner = "root:root" // hard-way hosts run every component as root
+)
+
+// File modes. Keys, kubeconfigs (they embed a client key) and the
+// encryption config (it holds the data key) are secrets.
+const (
+	ModeSecret fs.FileMode = 0o600
+	ModePublic fs.FileMode = 0o644
+	ModeExec   fs.FileMode = 0o755
+	ModeDir    fs.FileMode = 0o755
+	ModePriv   fs.FileMode = 0o700
+)
+
+// Ports a control-plane host listens on.
+const (
+	APIServerPort         = 6443
+	ControllerManagerPort = 10257
+	SchedulerPort         = 10259
+	EtcdClientPort        = 2379
+	EtcdPeerPort          = 2380
+	EtcdMetricsURL        = "http://127.0.0.1:2381" // plain HTTP /health and /metrics, loopback only
+)
+
+// Unit file and binary of a component.
+func UnitPath(component string) string { return UnitDir + "/" + component + ".service" }
+func BinPath(name string) string       { return BinDir + "/" + name }
