@@ -197,7 +197,7 @@ func apiserverFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		{"", "kubelet-certificate-authority", CACert, "verify kubelets' serving certificates instead of trusting any"},
 		{"", "kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname", "reach kubelets by IP: hard-way hosts often lack DNS for node names"},
 		{"", "encryption-provider-config", EncryptionConfig, "encrypt Secrets at rest in etcd"},
-		{"", "encryption-provider-config-automatic-reload", "true", "pick up a rotated encryption key without a restart"},
+		{">= 1.26.0", "encryption-provider-config-automatic-reload", "true", "pick up a rotated encryption key without a restart"},
 		{"", "requestheader-client-ca-file", FrontProxyCACert, "aggregation layer: trust the front-proxy CA for requests proxied to extension apiservers"},
 		{"", "requestheader-allowed-names", "front-proxy-client", "only the front-proxy client certificate may assert request headers"},
 		{"", "requestheader-username-headers", "X-Remote-User", "aggregation layer: user header (kubeadm's value)"},

@@ -1,0 +1,266 @@
+package units
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The versions the e2e mirror holds (hack/mirror/build.sh).
+const (
+	mirrorK8s  = "v1.36.3"
+	mirrorEtcd = "v3.6.16"
+)
+
+func mirrorDir() string {
+	if d := os.Getenv("HARDWAY_MIRROR"); d != "" {
+		return d
+	}
+	return "/var/tmp/hardway/mirror"
+}
+
+// TestFlagsAgainstRealBinaries asks the real release binaries whether they
+// know every flag hardway renders: a flag removed upstream fails here
+// without starting anything. Three checks per component: the flag is in
+// --help (pflag hides deprecated flags from it), etcd's text does not call
+// it deprecated, and the binary parses the whole rendered command line
+// (types, feature-gate names) before printing help.
+func TestFlagsAgainstRealBinaries(t *testing.T) {
+	inv := newInventory(t, mirrorK8s, mirrorEtcd)
+	ms, err := Render(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ms[0]
+	for _, c := range Components() {
+		t.Run(c, func(t *testing.T) {
+			bin := realBinary(t, c)
+			for _, p := range checkFlags(t, bin, c, m.Flags[c]) {
+				t.Error(p)
+			}
+		})
+	}
+}
+
+// The real-binary check must fail for flags of the wrong version: etcd 3.5's
+// spelling is deprecated in 3.6, and an unknown flag stops the parse.
+func TestFlagsAgainstRealBinariesCatchesWrongFlags(t *testing.T) {
+	bin := realBinary(t, Etcd)
+	inv := newInventory(t, "1.33", "v3.5.24")
+	old, err := Flags(inv, inv.ControlPlane[0], Etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs := checkFlags(t, bin, Etcd, old)
+	if !strings.Contains(strings.Join(probs, "\n"), "--experimental-initial-corrupt-check is deprecated") {
+		t.Errorf("3.5 flags against etcd %s: want a deprecation complaint, got %q", mirrorEtcd, probs)
+	}
+	bogus := append(old, Flag{Name: "enable-v2", Value: "true"})
+	if probs := checkFlags(t, bin, Etcd, bogus); !strings.Contains(strings.Join(probs, "\n"), "rejects the rendered command line") {
+		t.Errorf("--enable-v2 against etcd %s: want a parse failure, got %q", mirrorEtcd, probs)
+	}
+}
+
+// checkFlags returns what is wrong with running bin with flags.
+func checkFlags(t *testing.T, bin, c string, flags []Flag) []string {
+	t.Helper()
+	var probs []string
+	help := runHelp(t, bin)
+	for _, f := range flags {
+		desc, ok := helpEntry(help, f.Name)
+		if !ok {
+			probs = append(probs, fmt.Sprintf("%s %s: --%s is not in --help (removed or deprecated?)", c, versionOf(c), f.Name))
+			continue
+		}
+		if strings.Contains(strings.ToLower(desc), "deprecated") {
+			probs = append(probs, fmt.Sprintf("%s %s: --%s is deprecated: %s", c, versionOf(c), f.Name, strings.TrimSpace(desc)))
+		}
+		if f.Name == "feature-gates" {
+			for _, g := range strings.Split(f.Value, ",") {
+				name, _, _ := strings.Cut(g, "=")
+				if !strings.Contains(desc, name+"=") {
+					probs = append(probs, fmt.Sprintf("%s: feature gate %s not listed in --help", c, name))
+				}
+			}
+		}
+	}
+	args := append(Args(flags), "--help")
+	if out, err := run(bin, args...); err != nil {
+		probs = append(probs, fmt.Sprintf("%s rejects the rendered command line: %v\n%s", c, err, firstLines(out, 5)))
+	}
+	return probs
+}
+
+// The help check must notice a flag the binary does not have.
+func TestHelpEntry(t *testing.T) {
+	kube := "      --advertise-address ip   The IP address.\n      --bind-address ip   Bind.\n  -h, --help   help\n"
+	etcd := "  --name 'default'\n    Human-readable name.\n  --experimental-x 'false'\n    Something. Deprecated in v3.6.\n  --x 1\n    Y.\n"
+	for _, tc := range []struct {
+		help, flag string
+		ok         bool
+		deprecated bool
+	}{
+		{kube, "advertise-address", true, false},
+		{kube, "address", false, false},
+		{kube, "help", true, false},
+		{etcd, "name", true, false},
+		{etcd, "experimental-x", true, true},
+		{etcd, "x", true, false},
+		{etcd, "nam", false, false},
+	} {
+		desc, ok := helpEntry(tc.help, tc.flag)
+		if ok != tc.ok || strings.Contains(desc, "Deprecated") != tc.deprecated {
+			t.Errorf("helpEntry(%q) = %q, %v; want ok=%v deprecated=%v", tc.flag, desc, ok, tc.ok, tc.deprecated)
+		}
+	}
+}
+
+func versionOf(c string) string {
+	if c == Etcd {
+		return mirrorEtcd
+	}
+	return mirrorK8s
+}
+
+// helpEntry finds --name in help text (kube: "  -h, --name type   text",
+// etcd: "  --name 'default'" then indented text) and returns its description.
+func helpEntry(help, name string) (string, bool) {
+	re := regexp.MustCompile(`^\s*(?:-\w, )?--` + regexp.QuoteMeta(name) + `(?:[\s=]|$)`)
+	lines := strings.Split(help, "\n")
+	for i, l := range lines {
+		if !re.MatchString(l) {
+			continue
+		}
+		desc := []string{l}
+		for _, next := range lines[i+1:] {
+			if t := strings.TrimSpace(next); t == "" || strings.HasPrefix(t, "-") {
+				break
+			}
+			desc = append(desc, next)
+		}
+		return strings.Join(desc, "\n"), true
+	}
+	return "", false
+}
+
+func run(bin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + os.TempDir()}
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func runHelp(t *testing.T, bin string) string {
+	t.Helper()
+	out, err := run(bin, "--help")
+	if err != nil {
+		t.Fatalf("%s --help: %v\n%s", bin, err, firstLines(out, 5))
+	}
+	return out
+}
+
+func firstLines(s string, n int) string {
+	l := strings.SplitN(s, "\n", n+1)
+	if len(l) > n {
+		l = l[:n]
+	}
+	return strings.Join(l, "\n")
+}
+
+// realBinary returns the component's binary from the mirror after checking
+// its published digest; it skips when the mirror does not have it.
+func realBinary(t *testing.T, c string) string {
+	t.Helper()
+	if c == Etcd {
+		return etcdFromTarball(t)
+	}
+	p := filepath.Join(mirrorDir(), "kubernetes", "release", mirrorK8s, "bin", "linux", runtime.GOARCH, c)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("no %s in the release mirror (%s): build it with hack/mirror/build.sh (or set HARDWAY_MIRROR)", c, p)
+	}
+	want, err := os.ReadFile(p + ".sha256")
+	if err != nil {
+		t.Fatalf("%s has no .sha256 beside it: refusing to run an unverified binary", p)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sha256.Sum256(b); hex.EncodeToString(got[:]) != strings.TrimSpace(string(want)) {
+		t.Fatalf("%s: sha256 does not match %s.sha256", p, p)
+	}
+	return p
+}
+
+func etcdFromTarball(t *testing.T) string {
+	t.Helper()
+	name := fmt.Sprintf("etcd-%s-linux-%s", mirrorEtcd, runtime.GOARCH)
+	dir := filepath.Join(mirrorDir(), "etcd", mirrorEtcd)
+	tgz := filepath.Join(dir, name+".tar.gz")
+	data, err := os.ReadFile(tgz)
+	if err != nil {
+		t.Skipf("no etcd tarball in the release mirror (%s): build it with hack/mirror/build.sh (or set HARDWAY_MIRROR)", tgz)
+	}
+	sums, err := os.ReadFile(filepath.Join(dir, "SHA256SUMS"))
+	if err != nil {
+		t.Fatalf("no SHA256SUMS beside %s: refusing to run an unverified binary", tgz)
+	}
+	sum := sha256.Sum256(data)
+	found := false
+	sc := bufio.NewScanner(bytes.NewReader(sums))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && strings.TrimPrefix(f[1], "*") == name+".tar.gz" {
+			found = f[0] == hex.EncodeToString(sum[:])
+		}
+	}
+	if !found {
+		t.Fatalf("%s: sha256 does not match SHA256SUMS", tgz)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name != name+"/etcd" {
+			continue
+		}
+		out := filepath.Join(t.TempDir(), "etcd")
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(out, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	t.Fatalf("%s has no %s/etcd", tgz, name)
+	return ""
+}
