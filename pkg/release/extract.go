@@ -32,7 +32,7 @@ type extracted struct {
 // unsafe anywhere in the archive refuses the whole archive: an absolute path,
 // a ".." component, a link, a device or fifo, an oversized or duplicate
 // entry. Other regular files (README.md, Documentation/) are skipped.
-func extractMembers(archive, name string, wanted []string, dir string) (out map[string]extracted, err error) {
+func extractMembers(archive, name string, wanted []string, dir string) (_ map[string]extracted, err error) {
 	refuse := func(format string, args ...any) error {
 		return usererr.Errorf("this is not an etcd release archive hardway can trust; check releases.etcd in the inventory",
 			"%s: %s; refusing the archive", name, fmt.Sprintf(format, args...))
@@ -50,13 +50,12 @@ func extractMembers(archive, name string, wanted []string, dir string) (out map[
 	for _, w := range wanted {
 		want[w] = true
 	}
-	out = map[string]extracted{}
+	out := map[string]extracted{}
 	defer func() {
 		if err != nil {
 			for _, e := range out {
 				os.Remove(e.tmp)
 			}
-			out = nil
 		}
 	}()
 	if err := os.MkdirAll(dir, 0o700); err != nil {

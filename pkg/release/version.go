@@ -22,7 +22,8 @@ type Requested struct {
 // ParseRequested accepts "v1.36.3", "1.36.3" and, when minorOK, "1.36" or "v1.36".
 func ParseRequested(s string, minorOK bool) (Requested, error) {
 	t := strings.TrimPrefix(strings.TrimSpace(s), "v")
-	parts := strings.Split(t, ".")
+	core, _, _ := strings.Cut(t, "-")
+	parts := strings.Split(core, ".")
 	switch {
 	case len(parts) == 2 && minorOK:
 		v, err := version.NewSemver(t + ".0")
