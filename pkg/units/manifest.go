@@ -92,6 +92,8 @@ type Manifest struct {
 	// Flags are each component's command-line flags with the reason for
 	// each, as rendered into its unit (for --explain).
 	Flags map[string][]Flag
+	// Versions are the versions the flags were chosen for, per component.
+	Versions map[string]string
 }
 
 // File returns the file at path on the host, if the manifest has one.

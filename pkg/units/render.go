@@ -97,7 +97,7 @@ func execute(tmpl *template.Template, name string, data any) ([]byte, error) {
 }
 
 func renderHost(tmpl *template.Template, inv *inventory.Inventory, h inventory.Host) (Manifest, error) {
-	m := Manifest{Host: h.Name, Flags: map[string][]Flag{}}
+	m := Manifest{Host: h.Name, Flags: map[string][]Flag{}, Versions: map[string]string{}}
 	rendered := func(path string, comp string, content []byte) {
 		m.Files = append(m.Files, File{Path: path, Mode: ModePublic, Owner: Owner, Components: []string{comp}, Content: content})
 	}
@@ -107,6 +107,10 @@ func renderHost(tmpl *template.Template, inv *inventory.Inventory, h inventory.H
 			return m, err
 		}
 		m.Flags[c] = flags
+		m.Versions[c] = "v" + inv.K8s.String()
+		if c == Etcd {
+			m.Versions[c] = "v" + inv.Etcd.String()
+		}
 		d := unitSpec(c)
 		d.ExecStart = BinPath(c)
 		d.Args = Args(flags)

@@ -40,7 +40,7 @@ func Explain(w io.Writer, ms []Manifest) error {
 			return err
 		}
 		for _, c := range Components() {
-			fmt.Fprintf(w, "## %s\n", c)
+			fmt.Fprintf(w, "## %s %s\n", c, m.Versions[c])
 			for _, f := range m.Flags[c] {
 				if _, err := fmt.Fprintf(w, "%-70s %s\n", f.Arg(), f.Reason); err != nil {
 					return err

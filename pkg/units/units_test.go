@@ -457,3 +457,12 @@ func TestAPIServerPortMatchesInventory(t *testing.T) {
 }
 
 func inventoryVersion(s string) (*version.Version, error) { return version.NewSemver(s) }
+
+func BenchmarkRender(b *testing.B) {
+	inv := newInventory(b, "1.36", "")
+	for b.Loop() {
+		if _, err := Render(inv); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
