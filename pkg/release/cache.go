@@ -233,6 +233,9 @@ type partial struct {
 
 // openPartial must be called with the URL's lock held.
 func (c Cache) openPartial(u string) (*partial, error) {
+	if err := os.MkdirAll(c.tmpDir(), 0o700); err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(filepath.Join(c.tmpDir(), urlKey(u)+".partial"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
