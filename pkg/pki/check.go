@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"crypto"
 	"crypto/x509"
 	"fmt"
 	"os"
@@ -197,7 +198,8 @@ func checkServiceAccount(dir state.Dir) CheckResult {
 		r.fail("unreadable public key: %v", err)
 		return r
 	}
-	type equaler interface{ Equal(x any) bool }
+	// crypto.PublicKey is a defined type: Equal(any) would never match.
+	type equaler interface{ Equal(crypto.PublicKey) bool }
 	if p, ok := key.Public().(equaler); !ok || !p.Equal(pub) {
 		r.fail("public key does not match the private key")
 	}

@@ -251,7 +251,7 @@ func checkKey(provider, secret string) string {
 	if err != nil {
 		// A literal ${ENCRYPTION_KEY} lands here: the apiserver dies on it
 		// with "illegal base64 data".
-		return "is not base64 (an unexpanded variable such as ${ENCRYPTION_KEY}?)"
+		return "is not base64 (an unexpanded shell variable?)"
 	}
 	ok := validKeyLengths[provider]
 	if !slices.Contains(ok, len(raw)) {
