@@ -39,7 +39,7 @@ func (p *lineProgress) Update(string, int64, int64) {}
 func (p *lineProgress) Done(name, what string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fmt.Fprintf(p.w, "[fetch] %s: %s\n", name, what)
+	fmt.Fprintf(p.w, "[fetch] %s %s\n", name, what)
 }
 
 type barProgress struct {
@@ -82,7 +82,7 @@ func (p *barProgress) Done(name, what string) {
 	if p.bar != nil {
 		_ = p.bar.Clear()
 	}
-	fmt.Fprintf(p.w, "[fetch] %s: %s\n", name, what)
+	fmt.Fprintf(p.w, "[fetch] %s %s\n", name, what)
 	if p.bar != nil {
 		_ = p.bar.RenderBlank()
 	}
