@@ -1,15 +1,121 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
 
-// newLabCmd is a placeholder until its package lands.
+	"github.com/spf13/cobra"
+
+	"github.com/hardway/hardway/pkg/lab"
+	"github.com/hardway/hardway/pkg/usererr"
+)
+
 func (a *App) newLabCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:    "lab",
-		Short:  "(not yet implemented)",
-		Hidden: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return errNotYet("lab")
+	var cfg lab.Config
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "Run practice hosts on this machine (root, Linux)",
+		Long: `hardway lab runs N practice hosts on this Linux machine: systemd-nspawn
+containers booting real systemd and OpenSSH, each in its own network namespace
+on a bridge (10.240.0.0/24 by default, the tutorial's addresses). 'lab up'
+writes lab/inventory.yaml for them:
+
+  sudo hardway lab up
+  sudo hardway up -i lab/inventory.yaml
+  ssh -F lab/ssh_config controller-1
+  sudo hardway lab down`,
+	}
+	cmd.PersistentFlags().StringVar(&cfg.Prefix, "prefix", lab.DefaultPrefix,
+		"name prefix of the lab's namespaces, links and containers (one lab per prefix)")
+	cmd.PersistentFlags().StringVar(&cfg.Root, "root", lab.DefaultRoot, "where the lab keeps its state, overlays and base rootfs")
+
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Create and boot the lab hosts, write the inventory",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Log = a.Stderr
+			l, err := lab.New(cfg)
+			if err != nil {
+				return err
+			}
+			res, err := l.Up(cmd.Context())
+			if err != nil {
+				return err
+			}
+			for _, h := range res.Hosts {
+				fmt.Fprintf(a.Stdout, "%-14s %s\n", h.Name, h.Address)
+			}
+			fmt.Fprintf(a.Stdout, "\ninventory: %s\nssh:       ssh -F %s %s\nnext:      hardway up -i %s\n",
+				res.Inventory, res.SSHConfig, res.Hosts[0].Name, res.Inventory)
+			return nil
 		},
 	}
+	up.Flags().IntVar(&cfg.Hosts, "hosts", lab.DefaultHosts, "number of hosts")
+	up.Flags().StringVar(&cfg.Dir, "dir", lab.DefaultDir, "directory for the inventory, SSH key, known_hosts and ssh_config")
+	up.Flags().StringVar(&cfg.Net, "net", lab.DefaultNet, "the lab's /24: bridge .1, hosts .11, .12, ...")
+
+	down := &cobra.Command{
+		Use:   "down",
+		Short: "Stop the lab and remove everything it created",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Log = a.Stderr
+			l, err := lab.New(cfg)
+			if err != nil {
+				return err
+			}
+			return l.Down(cmd.Context())
+		},
+	}
+
+	var output string
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show the lab's hosts",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := lab.New(cfg)
+			if err != nil {
+				return err
+			}
+			st, err := l.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			switch output {
+			case "json":
+				enc := json.NewEncoder(a.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			case "", "text":
+			default:
+				return usererr.WithCode(fmt.Errorf("-o %q: want text or json", output), usererr.CodeUsage, "")
+			}
+			if !st.Up {
+				fmt.Fprintf(a.Stdout, "lab %q is not up (start it with: hardway lab up)\n", st.Prefix)
+				return nil
+			}
+			fmt.Fprintf(a.Stdout, "lab %q on %s, inventory %s\n", st.Prefix, st.Net, st.Inventory)
+			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "HOST\tADDRESS\tCONTAINER\tSSH\tMEMORY")
+			for _, h := range st.Hosts {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f MiB\n", h.Name, h.Address,
+					yesNo(h.Running, "running", "stopped"), yesNo(h.SSH, "open", "closed"), float64(h.Memory)/(1<<20))
+			}
+			return tw.Flush()
+		},
+	}
+	status.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+
+	cmd.AddCommand(up, down, status)
+	return cmd
+}
+
+func yesNo(b bool, yes, no string) string {
+	if b {
+		return yes
+	}
+	return no
 }

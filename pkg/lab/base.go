@@ -1,0 +1,157 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/hardway/hardway/pkg/usererr"
+)
+
+// basePackages is what every lab host has: real systemd and OpenSSH (with the
+// sftp subsystem hardway copies files with), ca-certificates for the control
+// plane's binaries (they are static, they need nothing else), and a few tools
+// a learner expects on a host.
+var basePackages = []string{
+	"systemd", "systemd-sysv", "dbus", "openssh-server", "openssh-sftp-server",
+	"iproute2", "ca-certificates", "curl", "procps", "iputils-ping", "less",
+}
+
+// baseStamp marks a finished base; bump it when prepareBase changes so an old
+// base is not used with a new recipe.
+const baseStamp = "hardway-lab-base 1\n"
+
+// networkUnits would wake up inside a host on their own and try the network
+// (or the disk); the lab hosts have no way out and should stay quiet.
+var networkUnits = []string{
+	"apt-daily.timer", "apt-daily-upgrade.timer", "apt-daily.service", "apt-daily-upgrade.service",
+	"e2scrub_all.timer", "e2scrub_reap.service", "fstrim.timer", "man-db.timer",
+	"systemd-timesyncd.service",
+}
+
+// ensureBase debootstraps the shared read-only lower layer once; later labs
+// reuse it. A lock keeps two concurrent `lab up`s from building it twice.
+func (l *Lab) ensureBase(ctx context.Context) (string, error) {
+	rootfs := filepath.Join(l.cfg.BaseDir, "rootfs")
+	if stamp, err := os.ReadFile(filepath.Join(rootfs, "etc/hardway-lab-base")); err == nil {
+		if string(stamp) == baseStamp {
+			return rootfs, nil
+		}
+		return "", usererr.Errorf(
+			fmt.Sprintf("remove it (no lab may be up) and run again: rm -rf %s", l.cfg.BaseDir),
+			"lab base %s was built by another version of hardway", rootfs)
+	}
+	if err := os.MkdirAll(l.cfg.BaseDir, 0o755); err != nil {
+		return "", err
+	}
+	unlock, err := flock(filepath.Join(l.cfg.BaseDir, ".lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if _, err := os.Stat(filepath.Join(rootfs, "etc/hardway-lab-base")); err == nil {
+		return rootfs, nil // built while we waited for the lock
+	}
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		return "", usererr.Errorf("install it: apt-get install debootstrap (or run hack/setup.sh)",
+			"debootstrap not found: the lab builds its Debian rootfs with it")
+	}
+	src := aptSource{URI: l.cfg.DebianMirror, Suite: l.cfg.Suite}
+	if src.URI == "" || src.Suite == "" {
+		found, err := debianSource("")
+		if err != nil {
+			return "", usererr.New(err, "configure apt (/etc/apt/sources.list.d/debian.sources) or set the Debian mirror explicitly")
+		}
+		if src.URI == "" {
+			src.URI = found.URI
+		}
+		if src.Suite == "" {
+			src.Suite = found.Suite
+		}
+	}
+	tmp := rootfs + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil {
+		return "", err
+	}
+	logPath := filepath.Join(l.cfg.BaseDir, "debootstrap.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return "", err
+	}
+	defer logf.Close()
+	l.logf("debootstrap %s into %s (first run only, about 2 minutes)", src.Suite, rootfs)
+	cmd := exec.CommandContext(ctx, "debootstrap", "--variant=minbase",
+		"--include="+strings.Join(basePackages, ","), src.Suite, tmp, src.URI)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Run(); err != nil {
+		return "", usererr.Errorf("see "+logPath, "debootstrap %s from %s: %w", src.Suite, src.URI, err)
+	}
+	if err := prepareBase(tmp); err != nil {
+		return "", fmt.Errorf("prepare lab base: %w", err)
+	}
+	if err := os.Rename(tmp, rootfs); err != nil {
+		return "", err
+	}
+	return rootfs, nil
+}
+
+// prepareBase makes a fresh debootstrap usable as a shared lower layer: no
+// identity of its own (each host gets its own host key and machine-id), sshd
+// for keys only, nothing that tries the network by itself, multi-user boot.
+func prepareBase(r string) error {
+	keys, _ := filepath.Glob(filepath.Join(r, "etc/ssh/ssh_host_*"))
+	for _, k := range keys {
+		if err := os.Remove(k); err != nil {
+			return err
+		}
+	}
+	files := map[string]string{
+		"etc/machine-id": "",
+		"etc/ssh/sshd_config.d/10-hardway-lab.conf": "# hardway lab: one ed25519 host key per host, keys only\n" +
+			"HostKey /etc/ssh/ssh_host_ed25519_key\nPermitRootLogin prohibit-password\n" +
+			"PasswordAuthentication no\nKbdInteractiveAuthentication no\nUseDNS no\n",
+		"etc/default/locale": "LANG=C.UTF-8\n",
+	}
+	for name, content := range files {
+		p := filepath.Join(r, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	links := map[string]string{"etc/systemd/system/default.target": "/lib/systemd/system/multi-user.target"}
+	for _, u := range networkUnits {
+		links["etc/systemd/system/"+u] = "/dev/null"
+	}
+	for name, target := range links {
+		p := filepath.Join(r, name)
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err := os.Symlink(target, p); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(r, "etc/hardway-lab-base"), []byte(baseStamp), 0o644)
+}
+
+// flock takes an exclusive lock on path, waiting for it.
+func flock(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}

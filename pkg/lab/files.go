@@ -1,0 +1,95 @@
+package lab
+
+import (
+	"crypto/ed25519"
+	"encoding/pem"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/hardway/hardway/pkg/fsutil"
+)
+
+// Files the lab writes into its directory. The key stays across runs; the
+// others describe one running lab and go away with `lab down`.
+const (
+	IdentityFile   = "id_ed25519"
+	KnownHostsFile = "known_hosts"
+	SSHConfigFile  = "ssh_config"
+	InventoryFile  = "inventory.yaml"
+)
+
+// writeKeyPair writes an OpenSSH private key (0600) and its .pub (0644).
+func writeKeyPair(path string, priv ed25519.PrivateKey, comment string) error {
+	block, err := ssh.MarshalPrivateKey(priv, comment)
+	if err != nil {
+		return err
+	}
+	pub, err := ssh.NewPublicKey(priv.Public())
+	if err != nil {
+		return err
+	}
+	if err := fsutil.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+		return err
+	}
+	line := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub))) + " " + comment + "\n"
+	return fsutil.WriteFile(path+".pub", []byte(line), 0o644)
+}
+
+// writeClientFiles writes known_hosts (the hosts' real keys), an ssh_config
+// for plain `ssh -F lab/ssh_config controller-1`, and the inventory.
+func (l *Lab) writeClientFiles(st *state, key ed25519.PrivateKey, hostKeys map[string]ssh.PublicKey) (*Result, error) {
+	dir := st.LabDir
+	res := &Result{
+		Inventory:  filepath.Join(dir, InventoryFile),
+		SSHConfig:  filepath.Join(dir, SSHConfigFile),
+		KnownHosts: filepath.Join(dir, KnownHostsFile),
+		Identity:   filepath.Join(dir, IdentityFile),
+	}
+	var kh, cfg strings.Builder
+	for _, h := range st.Hosts {
+		res.Hosts = append(res.Hosts, Host{Name: h.Name, Address: h.Address})
+		fmt.Fprintf(&kh, "%s,%s %s", h.Address, h.Name, ssh.MarshalAuthorizedKey(hostKeys[h.Name]))
+		fmt.Fprintf(&cfg, "Host %s %s\n  HostName %s\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n"+
+			"  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout 5\n\n",
+			h.Name, h.Address, h.Address, res.Identity, res.KnownHosts)
+	}
+	for _, f := range []struct{ path, data string }{
+		{res.KnownHosts, kh.String()},
+		{res.SSHConfig, cfg.String()},
+		{res.Inventory, renderInventory(l.cfg, res.Hosts)},
+	} {
+		if err := fsutil.WriteFile(f.path, []byte(f.data), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// renderInventory writes the inventory for `hardway up -i lab/inventory.yaml`.
+// Paths in it are relative to the inventory file, so the lab dir can move.
+func renderInventory(cfg Config, hosts []Host) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `# Written by 'hardway lab up' for the lab hosts (prefix %s); 'hardway lab down' removes it.
+cluster: lab
+kubernetesVersion: %s
+etcdVersion: %s
+arch: %s
+ssh:
+  user: root
+  port: 22
+  identityFile: %s
+  knownHostsFile: %s
+releases:
+  kubernetes: file://%s/kubernetes
+  etcd: file://%s/etcd
+controlPlane:
+`, cfg.Prefix, cfg.KubernetesVersion, cfg.EtcdVersion, runtime.GOARCH, IdentityFile, KnownHostsFile, cfg.Mirror, cfg.Mirror)
+	for _, h := range hosts {
+		fmt.Fprintf(&b, "  - name: %s\n    address: %s\n", h.Name, h.Address)
+	}
+	return b.String()
+}

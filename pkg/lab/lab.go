@@ -1,0 +1,180 @@
+// Package lab runs hardway's practice hosts on one Linux machine: each host is
+// a systemd-nspawn container booting real systemd with real OpenSSH, on its
+// own overlay of one cached debootstrap rootfs, in its own network namespace
+// joined by a veth to a bridge the lab creates (10.240.0.0/24 by default, the
+// tutorial's addresses). `up` writes an inventory for them; `down` removes
+// everything `up` created, also after a crash, from the state it recorded.
+//
+// Everything here needs root and Linux; it shells out to ip, debootstrap and
+// systemd-nspawn, the tools a learner would use by hand.
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hardway/hardway/pkg/usererr"
+)
+
+// Config says which lab to run. The zero value of every field means its default.
+type Config struct {
+	Dir    string // where id_ed25519, known_hosts, ssh_config, inventory.yaml go; default "lab"
+	Hosts  int    // default 3
+	Net    string // the /24 as "10.240.0" or "10.240.0.0/24"; default 10.240.0
+	Prefix string // starts every netns, link, cgroup and machine name; default "hw"
+
+	Root    string // state and overlays: Root/lab/<prefix>; default /var/tmp/hardway
+	BaseDir string // cached debootstrap rootfs; default Root/lab-base
+	Mirror  string // release mirror for the inventory; default $HARDWAY_MIRROR or Root/mirror
+
+	DebianMirror string // default: from this machine's apt configuration
+	Suite        string // default: from this machine's apt configuration
+
+	KubernetesVersion string // for the inventory; default v1.36.3
+	EtcdVersion       string // default v3.6.16
+
+	BootTimeout time.Duration // per host, for sshd and systemd; default 2 minutes
+	Log         io.Writer     // progress lines; default io.Discard
+}
+
+// Defaults for Config.
+const (
+	DefaultDir               = "lab"
+	DefaultHosts             = 3
+	DefaultNet               = "10.240.0"
+	DefaultPrefix            = "hw"
+	DefaultRoot              = "/var/tmp/hardway"
+	DefaultKubernetesVersion = "v1.36.3"
+	DefaultEtcdVersion       = "v3.6.16"
+)
+
+// Lab is one lab, identified by its prefix.
+type Lab struct {
+	cfg Config
+	net netip.Prefix
+}
+
+var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,5}$`)
+
+// New fills in defaults and validates cfg.
+func New(cfg Config) (*Lab, error) {
+	if cfg.Dir == "" {
+		cfg.Dir = DefaultDir
+	}
+	if cfg.Hosts == 0 {
+		cfg.Hosts = DefaultHosts
+	}
+	if cfg.Net == "" {
+		cfg.Net = DefaultNet
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if cfg.Root == "" {
+		cfg.Root = DefaultRoot
+	}
+	if cfg.BaseDir == "" {
+		cfg.BaseDir = filepath.Join(cfg.Root, "lab-base")
+	}
+	if cfg.Mirror == "" {
+		cfg.Mirror = os.Getenv("HARDWAY_MIRROR")
+	}
+	if cfg.Mirror == "" {
+		cfg.Mirror = filepath.Join(cfg.Root, "mirror")
+	}
+	if cfg.KubernetesVersion == "" {
+		cfg.KubernetesVersion = DefaultKubernetesVersion
+	}
+	if cfg.EtcdVersion == "" {
+		cfg.EtcdVersion = DefaultEtcdVersion
+	}
+	if cfg.BootTimeout == 0 {
+		cfg.BootTimeout = 2 * time.Minute
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	var errs []error
+	if cfg.Hosts < 1 || cfg.Hosts > 20 {
+		errs = append(errs, fmt.Errorf("--hosts %d: want 1 to 20", cfg.Hosts))
+	}
+	if !prefixRE.MatchString(cfg.Prefix) {
+		// veth names are at most 15 bytes: <prefix>-c<N>-v must fit
+		errs = append(errs, fmt.Errorf("--prefix %q: want 1 to 6 lowercase letters or digits, starting with a letter", cfg.Prefix))
+	}
+	p, err := parseNet(cfg.Net)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, d := range []*string{&cfg.Dir, &cfg.Root, &cfg.BaseDir, &cfg.Mirror} {
+		if a, err := filepath.Abs(*d); err == nil {
+			*d = a
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, usererr.WithCode(err, usererr.CodeUsage, "see 'hardway lab up --help'")
+	}
+	return &Lab{cfg: cfg, net: p}, nil
+}
+
+func (l *Lab) stateDir() string  { return filepath.Join(l.cfg.Root, "lab", l.cfg.Prefix) }
+func (l *Lab) statePath() string { return filepath.Join(l.stateDir(), "state.json") }
+func (l *Lab) bridge() string    { return l.cfg.Prefix + "-br0" }
+
+func (l *Lab) logf(format string, args ...any) {
+	fmt.Fprintf(l.cfg.Log, "[lab] "+format+"\n", args...)
+}
+
+// HostName is the name of host i (1-based): a DNS-1123 label, as Kubernetes
+// wants node names to be.
+func HostName(i int) string { return "controller-" + strconv.Itoa(i) }
+
+// plannedHosts is the state of every host before anything is created.
+func (l *Lab) plannedHosts() []hostState {
+	hs := make([]hostState, l.cfg.Hosts)
+	for i := range hs {
+		n := HostName(i + 1)
+		hs[i] = hostState{
+			Name:    n,
+			Machine: l.cfg.Prefix + "-" + n,
+			Address: hostAddr(l.net, i+1).String(),
+			Netns:   l.cfg.Prefix + "-" + n,
+			Veth:    fmt.Sprintf("%s-c%d-v", l.cfg.Prefix, i+1),
+			Dir:     filepath.Join(l.stateDir(), n),
+		}
+	}
+	return hs
+}
+
+// preflight refuses early, with the reason, what cannot work.
+func preflight(needTools ...string) error {
+	if runtime.GOOS != "linux" {
+		return usererr.Errorf("run it on a Linux machine (a VM will do)",
+			"hardway lab needs Linux (network namespaces, overlayfs, systemd-nspawn); this is %s", runtime.GOOS)
+	}
+	if os.Geteuid() != 0 {
+		return usererr.Errorf("run it as root: sudo hardway lab ...",
+			"hardway lab needs root: it creates network namespaces, a bridge, mounts and containers")
+	}
+	var missing []string
+	for _, t := range needTools {
+		if _, err := exec.LookPath(t); err != nil {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return usererr.Errorf("install them: apt-get install systemd-container iproute2 (or run hack/setup.sh)",
+			"hardway lab: %s not found", strings.Join(missing, ", "))
+	}
+	return nil
+}
