@@ -137,7 +137,7 @@ func restoreFiles(t *testing.T, saved map[string]fileState) {
 	}
 }
 
-// BenchmarkGenerate makes the whole table (2 CAs and 20 leaves for 3
+// BenchmarkGenerate makes the whole table (2 CAs and 17 leaves for 3
 // control-plane hosts and 3 workers, plus the service-account key,
 // encryption config and kubeconfigs) from an empty state directory.
 func BenchmarkGenerate(b *testing.B) {
@@ -145,7 +145,7 @@ func BenchmarkGenerate(b *testing.B) {
 	for _, alg := range []string{"ecdsa-p256", "rsa-2048", "rsa-3072", "rsa-4096"} {
 		b.Run(alg, func(b *testing.B) {
 			inv, _ := loadInventory(b, inventory, alg)
-			if n := len(Entries(inv)); n != 22 {
+			if n := len(Entries(inv)); n != 19 {
 				b.Fatalf("%d entries", n)
 			}
 			i, tmp := 0, b.TempDir()
