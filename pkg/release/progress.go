@@ -96,6 +96,8 @@ func Finish(p Progress) {
 		if b.bar != nil {
 			_ = b.bar.Finish()
 			_ = b.bar.Clear()
+			b.bar = nil
+			clear(b.files)
 		}
 	}
 }
