@@ -211,6 +211,15 @@ func TestFailures(t *testing.T) {
 				return true
 			})
 		}, []string{"kube-apiserver", "stalled"}, 0},
+		{"server never answers", func(t *testing.T, m *mirror) {
+			m.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+				if r.URL.Path != apiPath || r.Method != http.MethodGet {
+					return false
+				}
+				<-r.Context().Done()
+				return true
+			})
+		}, []string{"kube-apiserver", "no response in 200ms", "stalled", "after 4 attempts"}, 4},
 		{"tarball with traversal", func(t *testing.T, m *mirror) {
 			m.addEtcd(t, "v3.6.16", "amd64", etcdTarball(t, "v3.6.16", "amd64", []tarEntry{
 				{hdr: tarHdr("etcd-v3.6.16-linux-amd64/../../../etc/cron.d/x"), body: []byte("x")}}))
