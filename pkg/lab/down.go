@@ -130,8 +130,12 @@ func removeHost(ctx context.Context, h hostState) error {
 	if _, err := os.Stat("/run/netns/" + h.Netns); err == nil {
 		errs = append(errs, run(ctx, "ip", "netns", "del", h.Netns))
 	}
+	// Deleting the namespace removes the pair, but asynchronously: the veth
+	// may vanish between the check and the delete.
 	if linkExists(h.Veth) {
-		errs = append(errs, run(ctx, "ip", "link", "del", h.Veth))
+		if err := run(ctx, "ip", "link", "del", h.Veth); err != nil && linkExists(h.Veth) {
+			errs = append(errs, err)
+		}
 	}
 	for _, c := range h.Cgroups {
 		errs = append(errs, removeCgroup(c))

@@ -60,6 +60,11 @@ func (l *Lab) Up(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	start := time.Now()
+	// Refuse a busy network before a first run spends minutes on debootstrap;
+	// checked again under the lock below.
+	if err := l.checkFree(); err != nil {
+		return nil, err
+	}
 	base, err := l.ensureBase(ctx)
 	if err != nil {
 		return nil, err
@@ -80,12 +85,6 @@ func (l *Lab) Up(ctx context.Context) (*Result, error) {
 			unlock()
 		}
 	}()
-	if s, err := loadState(l.statePath()); err != nil {
-		return nil, err
-	} else if s != nil {
-		return nil, usererr.Errorf("stop it first: hardway lab down --prefix "+l.cfg.Prefix,
-			"lab %q is already up (or crashed): state in %s", l.cfg.Prefix, l.statePath())
-	}
 	if err := l.checkFree(); err != nil {
 		return nil, err
 	}
@@ -180,8 +179,14 @@ func (l *Lab) Up(ctx context.Context) (*Result, error) {
 	return res, nil
 }
 
-// checkFree refuses a bridge, network namespace or subnet someone already uses.
+// checkFree refuses a lab that is already up, and a bridge, network namespace or subnet someone already uses.
 func (l *Lab) checkFree() error {
+	if s, err := loadState(l.statePath()); err != nil {
+		return err
+	} else if s != nil {
+		return usererr.Errorf("stop it first: hardway lab down --prefix "+l.cfg.Prefix,
+			"lab %q is already up (or crashed): state in %s", l.cfg.Prefix, l.statePath())
+	}
 	hint := "pick another with --net and --prefix, or stop the lab that uses it: hardway lab down --prefix " + l.cfg.Prefix
 	if linkExists(l.bridge()) {
 		return usererr.Errorf(hint, "bridge %s already exists", l.bridge())
