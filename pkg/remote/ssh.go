@@ -397,6 +397,10 @@ func (h *SSHHost) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte,
 	case errors.As(err, &xe):
 		ee.Code = xe.ExitStatus()
 	case errors.As(err, &me):
+		// The usual cause is a dropped connection; say so instead of a
+		// made-up exit status.
+		return stdout.Bytes(), fmt.Errorf("%s: %s: connection lost before the command finished: %w",
+			h.Name(), firstLine(cmd, 80), err)
 	default:
 		return stdout.Bytes(), fmt.Errorf("%s: %s: %w", h.Name(), firstLine(cmd, 80), err)
 	}

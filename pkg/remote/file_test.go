@@ -1,0 +1,333 @@
+package remote_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/remote/sshdtest"
+)
+
+// The sshd runs on this machine, so the files the tests write over SSH are
+// checked directly on the local file system.
+
+func connect(t *testing.T) (*remote.SSHHost, *env) {
+	t.Helper()
+	e := newEnv(t, sshdtest.Options{})
+	e.trust(t, e.srv.HostKeys...)
+	return dial(t, e.config()), e
+}
+
+func stat(t *testing.T, p string) (os.FileMode, uint32, uint32, time.Time) {
+	t.Helper()
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	return st.Mode().Perm(), sys.Uid, sys.Gid, st.ModTime()
+}
+
+func lookupIDs(t *testing.T, name string) (uint32, uint32) {
+	t.Helper()
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return uint32(uid), uint32(gid)
+}
+
+func TestWriteFile(t *testing.T) {
+	h, e := connect(t)
+	ctx := context.Background()
+	owner := sshdtest.AddUser(t, e.srv.Dir, false)
+	uid, gid := lookupIDs(t, owner.Name)
+	base := t.TempDir()
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+
+	tests := []struct {
+		name      string
+		before    func(p string) // prepares the file on the "host"
+		file      remote.File
+		want      remote.Result
+		wantUID   uint32
+		wantMTime bool // mtime kept (set to old by before)
+	}{
+		{
+			name: "new file in new directories",
+			file: remote.File{Path: "a/b/c/new.conf", Data: []byte("hello\n"), Mode: 0o600, DirMode: 0o750},
+			want: remote.Result{Content: true, Why: "missing"},
+		},
+		{
+			name: "unchanged file is not written",
+			before: func(p string) {
+				os.WriteFile(p, []byte("same\n"), 0o644)
+				os.Chtimes(p, old, old)
+			},
+			file:      remote.File{Path: "same.conf", Data: []byte("same\n")},
+			want:      remote.Result{},
+			wantMTime: true,
+		},
+		{
+			name: "same size, other content",
+			before: func(p string) {
+				os.WriteFile(p, []byte("aaaa\n"), 0o644)
+				os.Chtimes(p, old, old)
+			},
+			file: remote.File{Path: "other.conf", Data: []byte("bbbb\n")},
+			want: remote.Result{Content: true, Why: "content"},
+		},
+		{
+			name: "only mode and owner differ: fixed in place",
+			before: func(p string) {
+				os.WriteFile(p, []byte("key\n"), 0o644)
+				os.Chtimes(p, old, old)
+			},
+			file:      remote.File{Path: "key.pem", Data: []byte("key\n"), Mode: 0o600, Owner: owner.Name, Group: owner.Name},
+			want:      remote.Result{Attrs: true, Why: "mode 644 -> 600, owner root -> " + owner.Name + ", group root -> " + owner.Name},
+			wantUID:   uid,
+			wantMTime: true,
+		},
+		{
+			name: "owner by number",
+			file: remote.File{Path: "num", Data: []byte("x"), Owner: fmt.Sprint(uid), Group: fmt.Sprint(gid), Mode: 0o640},
+			want: remote.Result{Content: true, Why: "missing"}, wantUID: uid,
+		},
+		{
+			name:   "empty file",
+			before: func(p string) { os.WriteFile(p, []byte("not empty"), 0o644) },
+			file:   remote.File{Path: "empty", Data: []byte{}},
+			want:   remote.Result{Content: true, Why: "content"},
+		},
+		{
+			name: "path with spaces and quotes",
+			file: remote.File{Path: "it's a dir/f $x.txt", Data: []byte("q")},
+			want: remote.Result{Content: true, Why: "missing"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := tt.file
+			f.Path = filepath.Join(base, f.Path)
+			if tt.before != nil {
+				tt.before(f.Path)
+			}
+			got, err := remote.WriteFile(ctx, h, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tt.want
+			want.Path = f.Path
+			if got != want {
+				t.Errorf("result = %+v, want %+v", got, want)
+			}
+			data, err := os.ReadFile(f.Path)
+			if err != nil || !bytes.Equal(data, f.Data) {
+				t.Errorf("content = %q, %v; want %q", data, err, f.Data)
+			}
+			mode, u, g, mtime := stat(t, f.Path)
+			wantMode := f.Mode
+			if wantMode == 0 {
+				wantMode = 0o644
+			}
+			if mode != wantMode {
+				t.Errorf("mode = %o, want %o", mode, wantMode)
+			}
+			if u != tt.wantUID || (tt.wantUID != 0 && g != gid) {
+				t.Errorf("owner = %d:%d, want %d", u, g, tt.wantUID)
+			}
+			if tt.wantMTime != mtime.Equal(old) {
+				t.Errorf("mtime = %v (old %v), kept = %v, want kept = %v", mtime, old, mtime.Equal(old), tt.wantMTime)
+			}
+			if f.DirMode != 0 {
+				for d := filepath.Dir(f.Path); d != base; d = filepath.Dir(d) {
+					if m, _, _, _ := stat(t, d); m != f.DirMode {
+						t.Errorf("%s: mode %o, want %o", d, m, f.DirMode)
+					}
+				}
+			}
+			// Converged: a second write changes nothing.
+			again, err := remote.WriteFile(ctx, h, f)
+			if err != nil || again.Changed() {
+				t.Errorf("second write: %+v, %v", again, err)
+			}
+			assertNoTemp(t, filepath.Dir(f.Path))
+		})
+	}
+}
+
+func assertNoTemp(t *testing.T, dir string) {
+	t.Helper()
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".hardway-") {
+			t.Errorf("stray temporary file %s", filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// cuttingHost kills its SSH connection after limit bytes of stdin went out.
+type cuttingHost struct {
+	*remote.SSHHost
+	limit int64
+}
+
+func (c *cuttingHost) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, error) {
+	if stdin != nil {
+		stdin = &cutReader{r: stdin, left: c.limit, cut: func() { c.Client().Close() }}
+	}
+	return c.SSHHost.Run(ctx, cmd, stdin)
+}
+
+type cutReader struct {
+	r    io.Reader
+	left int64
+	cut  func()
+}
+
+func (c *cutReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		c.cut()
+		return 0, errors.New("connection cut by the test")
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+func TestWriteFileConnectionKilled(t *testing.T) {
+	h, e := connect(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	target := filepath.Join(dir, "etcd")
+	if err := os.WriteFile(target, []byte("old binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := randomFile(t, 32<<20)
+	f := remote.File{Path: target, Source: src, Mode: 0o755}
+
+	_, err := remote.WriteFile(ctx, &cuttingHost{SSHHost: h, limit: 8 << 20}, f)
+	if err == nil {
+		t.Fatal("write over a killed connection succeeded")
+	}
+	t.Logf("killed write: %v", err)
+	// Give the host's shell time to notice the short input and finish.
+	time.Sleep(500 * time.Millisecond)
+	if b, _ := os.ReadFile(target); string(b) != "old binary" {
+		t.Fatalf("target changed by an interrupted write: %d bytes", len(b))
+	}
+
+	h2 := dial(t, e.config())
+	res, err := remote.WriteFile(ctx, h2, f)
+	if err != nil || !res.Content {
+		t.Fatalf("write after reconnect: %+v, %v", res, err)
+	}
+	if sumFile(t, target) != sumFile(t, src) {
+		t.Fatal("content differs after the retried write")
+	}
+	assertNoTemp(t, dir)
+}
+
+func TestWriteFileSudo(t *testing.T) {
+	e := newEnv(t, sshdtest.Options{})
+	e.trust(t, e.srv.HostKeys...)
+	u := sshdtest.AddUser(t, e.srv.Dir, true)
+	priv, pub := sshdtest.ClientKey(t, e.dir)
+	e.srv.Authorize(t, u.Name, pub)
+	cfg := e.config()
+	cfg.User, cfg.IdentityFiles, cfg.Sudo = u.Name, []string{priv}, true
+	h := dial(t, cfg)
+
+	dir := t.TempDir() // 0700 root: the user alone could not even look inside
+	f := remote.File{Path: filepath.Join(dir, "pki", "ca-key.pem"), Data: []byte("secret"), Mode: 0o600, DirMode: 0o700}
+	res, err := remote.WriteFile(context.Background(), h, f)
+	if err != nil || !res.Content {
+		t.Fatalf("%+v, %v", res, err)
+	}
+	mode, uid, _, _ := stat(t, f.Path)
+	if mode != 0o600 || uid != 0 {
+		t.Errorf("mode %o uid %d, want 600 root", mode, uid)
+	}
+}
+
+// TestWriteFileParallel uploads 100 MB to three sshd at once, as `up` does
+// for the control-plane binaries.
+func TestWriteFileParallel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skips the 100 MB upload")
+	}
+	src := randomFile(t, 100<<20)
+	want := sumFile(t, src)
+	type target struct {
+		h   remote.Host
+		dir string
+	}
+	var targets []target
+	for range 3 {
+		h, _ := connect(t)
+		targets = append(targets, target{h, t.TempDir()})
+	}
+	f := remote.File{Path: "kube-apiserver", Source: src, Mode: 0o755}
+	if err := f.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	err := remote.ForEach(context.Background(), targets, 3, func(ctx context.Context, tg target) error {
+		f := f
+		f.Path = filepath.Join(tg.dir, "bin", f.Path)
+		_, err := remote.WriteFile(ctx, tg.h, f)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range targets {
+		if got := sumFile(t, filepath.Join(tg.dir, "bin", "kube-apiserver")); got != want {
+			t.Errorf("%s: sha256 %s, want %s", tg.h.Name(), got, want)
+		}
+	}
+}
+
+func randomFile(t testing.TB, size int64) string {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "src-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := io.CopyN(f, rand.Reader, size); err != nil {
+		t.Fatal(err)
+	}
+	return f.Name()
+}
+
+func sumFile(t testing.TB, p string) string {
+	t.Helper()
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, r); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
