@@ -275,7 +275,7 @@ func (l *Lab) Status(ctx context.Context) (*LabStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	ls := &LabStatus{Prefix: l.cfg.Prefix, Net: l.net.String()}
+	ls := &LabStatus{Prefix: l.cfg.Prefix, Net: l.net.String(), Hosts: []Status{}}
 	if st == nil {
 		return ls, nil
 	}

@@ -103,8 +103,13 @@ func (l *Lab) Up(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	fail := func(err error) (*Result, error) {
-		unlock()
-		locked = false
+		if !locked {
+			u, lerr := flock(filepath.Join(l.cfg.Root, "lab", ".lock"))
+			if lerr != nil {
+				return nil, errors.Join(err, lerr)
+			}
+			unlock, locked = u, true
+		}
 		l.logf("failed, undoing: %v", err)
 		if derr := l.down(context.WithoutCancel(ctx), st); derr != nil {
 			err = fmt.Errorf("%w (and undoing it: %v)", err, derr)
@@ -346,7 +351,7 @@ func (l *Lab) startHost(st *state, i int) error {
 		"HARDWAY_LAB_CGROUPS="+strings.Join(cgs, " "),
 		// with --network-namespace-path nspawn keeps /proc/sys/net read-only
 		"SYSTEMD_NSPAWN_API_VFS_WRITABLE=network")
-	cmd.Stdin = nil
+	cmd.Dir = "/" // pin no directory of the caller's
 	cmd.Stdout, cmd.Stderr = console, console
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

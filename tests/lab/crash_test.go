@@ -27,7 +27,9 @@ func TestMain(m *testing.M) {
 			os.Stderr.WriteString(err.Error() + "\n")
 			os.Exit(1)
 		}
-		select {} // killed by the test
+		for {
+			time.Sleep(time.Hour) // until the test kills us
+		}
 	}
 	os.Exit(m.Run())
 }
@@ -108,4 +110,24 @@ func startedHosts(path string) int {
 		}
 	}
 	return n
+}
+
+// TestFailedUpUndoesItself: when the hosts do not come up in time, `lab up`
+// says so and removes what it created, without a `lab down`.
+func TestFailedUpUndoesItself(t *testing.T) {
+	requireRoot(t)
+	const prefix = "hwt6"
+	l, err := lab.New(lab.Config{Dir: t.TempDir(), Prefix: prefix, Net: "10.240.14", Hosts: 1,
+		BootTimeout: time.Millisecond, Log: testLog{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Down(context.Background()) })
+	_, err = l.Up(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "sshd did not answer") {
+		t.Fatalf("lab up with a 1ms boot timeout: err = %v, want 'sshd did not answer'", err)
+	}
+	if left := leftovers(t, prefix); len(left) > 0 {
+		t.Errorf("failed lab up left behind:\n%s", strings.Join(left, "\n"))
+	}
 }
