@@ -15,16 +15,17 @@ import (
 )
 
 // parseNet accepts "10.240.0" or "10.240.0.0/24" and returns the /24.
-func parseNet(s string) (netip.Prefix, error) {
+func parseNet(in string) (netip.Prefix, error) {
+	s := in
 	if !strings.Contains(s, "/") {
 		s += ".0/24"
 	}
 	p, err := netip.ParsePrefix(s)
 	if err != nil || !p.Addr().Is4() {
-		return netip.Prefix{}, fmt.Errorf("--net %q: want the first three octets of an IPv4 /24, like 10.240.0", s)
+		return netip.Prefix{}, fmt.Errorf("--net %q: want the first three octets of an IPv4 /24, like 10.240.0", in)
 	}
 	if p.Bits() != 24 || p.Masked() != p {
-		return netip.Prefix{}, fmt.Errorf("--net %q: the lab needs a whole /24, like 10.240.0.0/24", s)
+		return netip.Prefix{}, fmt.Errorf("--net %q: the lab needs a whole /24, like 10.240.0.0/24", in)
 	}
 	return p, nil
 }
