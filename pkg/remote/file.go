@@ -104,7 +104,7 @@ type Result struct {
 func (r Result) Changed() bool { return r.Content || r.Attrs }
 
 // Compare tells, for each file, what writing it would change, with one
-// command on the host: sizes first, and sha256sum only for files whose size
+// command on the host: sizes first, and SHA-256 only for files whose size
 // already matches. It changes nothing; dry runs show its results.
 func Compare(ctx context.Context, h Host, files []File) ([]Result, error) {
 	if err := PrepareFiles(files); err != nil {
@@ -112,13 +112,16 @@ func Compare(ctx context.Context, h Host, files []File) ([]Result, error) {
 	}
 	var script strings.Builder
 	fmt.Fprintf(&script, "# compare %d files\n", len(files))
+	// OpenSSL's SHA-256 uses the CPU's SHA instructions, coreutils' does
+	// not: three times faster on a converged cluster's 450 MB.
+	script.WriteString("if command -v openssl >/dev/null 2>&1; then sum() { openssl dgst -sha256 -r; }; else sum() { sha256sum; }; fi\n")
 	for _, f := range files {
 		if !path.IsAbs(f.Path) {
 			return nil, fmt.Errorf("%s: %s: not an absolute path", h.Name(), f.Path)
 		}
 		// One line per file: "mode user uid group gid size sha" or "missing".
 		fmt.Fprintf(&script, "f=%s; if [ -f \"$f\" ]; then set -- $(stat -L -c '%%a %%U %%u %%G %%g %%s' -- \"$f\"); "+
-			"if [ \"$6\" = %d ]; then s=$(sha256sum < \"$f\") || exit 1; else s=-; fi; echo \"$* ${s%%%% *}\"; "+
+			"if [ \"$6\" = %d ]; then s=$(sum < \"$f\") || exit 1; else s=-; fi; echo \"$* ${s%%%% *}\"; "+
 			"elif [ -e \"$f\" ]; then echo notfile; else echo missing; fi\n", Quote(f.Path), f.Size)
 	}
 	out, err := h.Run(ctx, script.String(), nil)

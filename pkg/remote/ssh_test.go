@@ -26,7 +26,9 @@ type env struct {
 	user       string // uid 0, see sshdtest.AddRootAlias
 }
 
-func newEnv(t *testing.T, opt sshdtest.Options) *env {
+func newEnv(t *testing.T, opt sshdtest.Options) *env { return newEnvTB(t, opt) }
+
+func newEnvTB(t testing.TB, opt sshdtest.Options) *env {
 	t.Helper()
 	srv := sshdtest.Start(t, opt)
 	dir := t.TempDir()
@@ -36,7 +38,7 @@ func newEnv(t *testing.T, opt sshdtest.Options) *env {
 	return &env{srv: srv, dir: dir, key: key, knownHosts: filepath.Join(dir, "known_hosts"), user: root.Name}
 }
 
-func (e *env) trust(t *testing.T, keys ...ssh.PublicKey) {
+func (e *env) trust(t testing.TB, keys ...ssh.PublicKey) {
 	t.Helper()
 	var b strings.Builder
 	for _, k := range keys {
