@@ -101,6 +101,8 @@ Start with:
 		a.newPKICmd(),
 		a.newCertsCmd(),
 		a.newUpCmd(),
+		a.newVerifyCmd(),
+		a.newKubeconfigCmd(),
 		a.newFetchCmd(),
 		a.newRenderCmd(),
 		a.newLabCmd(),

@@ -2,19 +2,31 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
+	"github.com/hardway/hardway/pkg/cluster"
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/state"
 )
 
 type upOptions struct {
-	dryRun bool
-	only   []string
-	skip   []string
+	dryRun             bool
+	only               []string
+	skip               []string
+	output             string
+	acceptNewHostKeys  bool
+	removeStaleMembers bool
+	cacheDir           string
+	offline            bool
+	updateLock         bool
 }
 
 func (a *App) newUpCmd() *cobra.Command {
@@ -22,11 +34,30 @@ func (a *App) newUpCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Build or converge the control plane described by the inventory",
-		Long: `Bring the cluster to what the inventory describes, step by step. Each step
-first plans (reads only), then acts; a step with nothing to do says "up to date".
-Running up twice changes nothing the second time.
+		Long: `Bring the cluster to what the inventory describes, step by step:
 
-With --dry-run every step prints what it would do and nothing is changed.`,
+  preflight      SSH with verified host keys; Linux, systemd, arch, clock skew,
+                 ports, free disk and the etcd disk's fsync latency
+  pki            CA, certificates, service-account key, encryption config, kubeconfigs
+  fetch          release binaries, verified against checksums and hardway.lock
+  render         systemd units and configs for the inventory's versions
+  push           every file, atomically; files already equal are not sent
+  etcd           start members (all together on a new cluster) or restart them
+                 one at a time, keeping quorum; check health and the member list
+  control-plane  kube-apiserver, kube-controller-manager, kube-scheduler,
+                 host by host, waiting for /readyz or /healthz before the next
+  rbac           the RBAC that lets the apiserver reach kubelets
+
+Each step first plans (reads only), then acts; a step with nothing to do
+says "up to date", and a run with nothing to do says "no changes". Only the
+services whose files changed are restarted. A run that fails midway leaves
+markers on the hosts, and the next run finishes the restarts.
+
+With --dry-run every step prints what it would do (files that would change,
+with a short diff) and nothing is changed.`,
+		Example: `  hardway up -i inventory.yaml
+  hardway up -i inventory.yaml --dry-run
+  hardway up -i inventory.yaml --only push,control-plane`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			inv, err := a.loadInventory()
@@ -36,30 +67,76 @@ With --dry-run every step prints what it would do and nothing is changed.`,
 			return a.runUp(cmd.Context(), inv, a.stateDir(inv), o)
 		},
 	}
-	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "print the plan and change nothing")
-	cmd.Flags().StringSliceVar(&o.only, "only", nil, "run only these steps (comma-separated)")
-	cmd.Flags().StringSliceVar(&o.skip, "skip", nil, "skip these steps (comma-separated)")
+	f := cmd.Flags()
+	f.BoolVar(&o.dryRun, "dry-run", false, "print the plan and change nothing")
+	f.StringSliceVar(&o.only, "only", nil, "run only these steps (comma-separated)")
+	f.StringSliceVar(&o.skip, "skip", nil, "skip these steps (comma-separated)")
+	f.StringVarP(&o.output, "output", "o", "", "json: print the result as JSON on stdout (progress goes to stderr)")
+	f.BoolVar(&o.acceptNewHostKeys, "accept-new-host-keys", false, "trust and record the key of a host not yet in known_hosts (a changed key is always refused)")
+	f.BoolVar(&o.removeStaleMembers, "remove-stale-members", false, "remove etcd members that are not in the inventory (a rebuilt host)")
+	f.StringVar(&o.cacheDir, "cache-dir", "", "download cache (default $XDG_CACHE_HOME/hardway)")
+	f.BoolVar(&o.offline, "offline", false, "use the download cache only")
+	f.BoolVar(&o.updateLock, "update-lock", false, "re-resolve versions and rewrite hardway.lock")
 	return cmd
 }
 
-// upSteps are the steps of `hardway up`, in order.
-func (a *App) upSteps(_ context.Context, _ *inventory.Inventory, _ state.Dir) []plan.Step {
-	return []plan.Step{}
-}
-
 func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir, o upOptions) error {
-	r := &plan.Runner{Out: a.Stdout, DryRun: o.dryRun, Only: o.only, Skip: o.skip}
-	res, err := r.Run(ctx, a.upSteps(ctx, inv, st))
+	out := a.Stdout
+	if o.output == "json" {
+		out = a.Stderr
+	} else if o.output != "" {
+		return usageError{fmt.Errorf("unknown output format %q (want json)", o.output)}
+	}
+	ro := release.OptionsFor(inv)
+	ro.CacheDir, ro.Offline, ro.UpdateLock = o.cacheDir, o.offline, o.updateLock
+	if ro.CacheDir == "" {
+		d, err := release.DefaultCacheDir()
+		if err != nil {
+			return err
+		}
+		ro.CacheDir = d
+	}
+	isTerm := false
+	if f, ok := a.Stderr.(*os.File); ok {
+		isTerm = term.IsTerminal(int(f.Fd()))
+	}
+	c := cluster.New(inv, cluster.Options{
+		State: st, Out: out, AcceptNewHostKeys: o.acceptNewHostKeys, Release: ro,
+		Progress: release.NewProgress(a.Stderr, isTerm), RemoveStaleMembers: o.removeStaleMembers,
+	})
+	defer c.Close()
+	start := time.Now()
+	r := &plan.Runner{Out: out, DryRun: o.dryRun, Only: o.only, Skip: o.skip}
+	res, err := r.Run(ctx, c.Steps())
 	if err != nil {
 		return err
 	}
+	if o.output == "json" {
+		enc := json.NewEncoder(a.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	fmt.Fprintln(out)
+	for _, s := range res.Steps {
+		switch {
+		case s.Skipped:
+			fmt.Fprintf(out, "  %-14s skipped\n", s.Name)
+		case len(s.Actions) == 0:
+			fmt.Fprintf(out, "  %-14s up to date   %s\n", s.Name, s.Duration.Round(time.Millisecond))
+		default:
+			fmt.Fprintf(out, "  %-14s %d change(s)  %s\n", s.Name, len(s.Actions), s.Duration.Round(time.Millisecond))
+		}
+	}
 	switch {
 	case res.Changes() == 0:
-		fmt.Fprintln(a.Stdout, "no changes")
+		fmt.Fprintf(out, "no changes (%s)\n", time.Since(start).Round(time.Millisecond))
 	case o.dryRun:
-		fmt.Fprintf(a.Stdout, "%d changes planned; run without --dry-run to apply\n", res.Changes())
+		fmt.Fprintf(out, "%d changes planned; run without --dry-run to apply\n", res.Changes())
 	default:
-		fmt.Fprintf(a.Stdout, "%d changes applied\n", res.Changes())
+		fmt.Fprintf(out, "%d changes applied in %s\n", res.Changes(), time.Since(start).Round(time.Second))
+	}
+	if !o.dryRun {
+		fmt.Fprintf(out, "\nnext:\n  hardway verify -i %s\n  export KUBECONFIG=%s\n  kubectl get --raw /readyz\n", a.InventoryPath, st.Kubeconfig("admin"))
 	}
 	return nil
 }

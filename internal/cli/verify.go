@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hardway/hardway/pkg/cluster"
+	"github.com/hardway/hardway/pkg/release"
+	"github.com/hardway/hardway/pkg/usererr"
+	"github.com/hardway/hardway/pkg/verify"
+)
+
+func (a *App) newVerifyCmd() *cobra.Command {
+	var output, cacheDir string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Prove, on the live hosts, that the cluster is what the inventory says",
+		Long: `verify runs named checks and reports each as pass, warn or fail with a
+one-line hint: the local PKI; per host the SSH connection, the binaries
+against hardway.lock, every pushed file against the rendered one (drift),
+units enabled and active, clock skew; etcd health, members (stale ones named
+with the command that removes them), leader and alarms; every apiserver's
+/livez and /readyz; controller-manager and scheduler /healthz and their
+leader leases; the kubelet RBAC and its subject; encryption at rest (a probe
+Secret read raw from etcd); version skew; and, when nodes exist, NotReady
+nodes with the reason.
+
+It never uses componentstatuses (deprecated, and it probes ports that no
+longer exist). Exit code 1 when any check fails.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "" && output != "json" && output != "table" {
+				return usageError{fmt.Errorf("unknown output format %q (want table or json)", output)}
+			}
+			inv, err := a.loadInventory()
+			if err != nil {
+				return err
+			}
+			ro := release.OptionsFor(inv)
+			ro.CacheDir = cacheDir
+			if ro.CacheDir == "" {
+				if ro.CacheDir, err = release.DefaultCacheDir(); err != nil {
+					return err
+				}
+			}
+			c := cluster.New(inv, cluster.Options{State: a.stateDir(inv), Release: ro})
+			defer c.Close()
+			rep := verify.Run(cmd.Context(), c.Checks(), 4, timeout)
+			if output == "json" {
+				err = rep.WriteJSON(a.Stdout)
+			} else {
+				err = rep.WriteTable(a.Stdout)
+			}
+			if err != nil {
+				return err
+			}
+			if !rep.OK() {
+				return usererr.New(errors.New("verify: "+fmt.Sprint(rep.Fail)+" check(s) failed"), "each failed line above has its own hint")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "time limit per check")
+	cmd.Flags().StringVar(&cacheDir, "cache-dir", "", "download cache (default $XDG_CACHE_HOME/hardway)")
+	return cmd
+}
+
+func (a *App) newKubeconfigCmd() *cobra.Command {
+	var merge bool
+	cmd := &cobra.Command{
+		Use:   "kubeconfig",
+		Short: "Print the admin kubeconfig (or merge it into ~/.kube/config)",
+		Long: `Print the admin kubeconfig from the state directory. It embeds the admin
+client key (O=system:masters): treat it as a secret.
+
+With --merge it is merged into $KUBECONFIG or ~/.kube/config (0600) with
+client-go's rules, and becomes the current context.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			inv, err := a.loadInventory()
+			if err != nil {
+				return err
+			}
+			p := a.stateDir(inv).Kubeconfig("admin")
+			if merge {
+				dst, err := cluster.MergeKubeconfig(p)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.Stdout, "merged into %s\n", dst)
+				return nil
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return usererr.New(err, "run 'hardway pki' or 'hardway up' first")
+			}
+			_, err = a.Stdout.Write(b)
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&merge, "merge", false, "merge into $KUBECONFIG or ~/.kube/config")
+	return cmd
+}

@@ -1,0 +1,350 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-version"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/kube"
+	"github.com/hardway/hardway/pkg/pki"
+	"github.com/hardway/hardway/pkg/release"
+	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/units"
+	"github.com/hardway/hardway/pkg/verify"
+)
+
+// Checks are the facts `hardway verify` proves, in report order.
+func (c *Cluster) Checks() []verify.Check {
+	checks := []verify.Check{
+		{Name: "pki", Doc: "local certificates: chain, key match, SANs cover the inventory, expiry; encryption config; kubeconfigs", Run: c.checkPKI},
+	}
+	for _, h := range c.Inv.ControlPlane {
+		checks = append(checks, verify.Check{Name: "host", Doc: "SSH, binaries match the lock, files match the rendered ones, units enabled and active, clock", Run: func(ctx context.Context) []verify.Result { return c.checkHost(ctx, h) }})
+	}
+	checks = append(checks,
+		verify.Check{Name: "etcd", Doc: "every member healthy, member list equals the inventory, one leader, no alarms", Run: c.checkEtcd},
+		verify.Check{Name: "apiserver", Doc: "/livez and /readyz?verbose on every host", Run: c.checkAPIServers},
+		verify.Check{Name: "controllers", Doc: "controller-manager and scheduler /healthz on every host; their leader leases held", Run: c.checkControllers},
+		verify.Check{Name: "rbac", Doc: "apiserver-to-kubelet RBAC present, bound to the kubelet-client certificate's CN", Run: c.checkRBAC},
+		verify.Check{Name: "encryption", Doc: "a probe Secret is stored encrypted in etcd (k8s:enc:<provider>:v1:)", Run: c.checkEncryption},
+		verify.Check{Name: "versions", Doc: "components within the version skew policy", Run: c.checkVersions},
+		verify.Check{Name: "nodes", Doc: "NotReady nodes, not-ready taints, missing CNI", Run: c.checkNodes},
+	)
+	return checks
+}
+
+func (c *Cluster) checkPKI(ctx context.Context) []verify.Result {
+	var out []verify.Result
+	n := 0
+	for _, r := range pki.Check(c.Inv, c.opt.State, time.Now()) {
+		n++
+		switch r.State {
+		case pki.CheckFailed:
+			out = append(out, verify.Failf("", "run 'hardway pki' (or 'hardway up') to create or reissue it", "%s: %s", r.Name, strings.Join(r.Problems, "; ")))
+		case pki.CheckWarning:
+			out = append(out, verify.Warnf("", "'hardway up' reissues leaves in their renewal window; 'hardway certs check' has details", "%s: %s", r.Name, strings.Join(r.Problems, "; ")))
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, verify.OKf("", "%d certificates, keys, kubeconfigs and the encryption config are valid", n))
+	}
+	return out
+}
+
+func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Result {
+	res := func(check string, r verify.Result) verify.Result { r.Check = check; r.Host = h.Name; return r }
+	sh, err := c.Host(ctx, h.Name)
+	if err != nil {
+		return []verify.Result{res("host/ssh", verify.Failf(h.Name, hintOf(err, "check the address, the SSH key and known_hosts"), "%v", err))}
+	}
+	out := []verify.Result{res("host/ssh", verify.OKf(h.Name, "connected, host key verified"))}
+
+	// Binaries against the lock, files against the rendered manifest.
+	if c.manifests == nil {
+		if _, err := c.planRender(ctx); err != nil {
+			return append(out, res("host/files", verify.Failf(h.Name, "", "render: %v", err)))
+		}
+	}
+	if c.set == nil {
+		o := c.releaseOptions(true)
+		o.Progress = nil
+		if set, err := release.Resolve(ctx, o); err == nil {
+			c.set = set
+		}
+	}
+	files, err := c.remoteFiles(c.manifests[h.Name])
+	if err != nil {
+		out = append(out, res("host/files", verify.Failf(h.Name, hintOf(err, "run 'hardway fetch'"), "cannot compare files: %v", err)))
+	} else if cmp, err := remote.Compare(ctx, sh, files); err != nil {
+		out = append(out, res("host/files", verify.Failf(h.Name, "", "compare files: %v", err)))
+	} else {
+		var bins, other []string
+		for i, r := range cmp {
+			if !r.Changed() {
+				continue
+			}
+			if strings.HasPrefix(files[i].Path, units.BinDir+"/") {
+				bins = append(bins, fmt.Sprintf("%s (%s)", files[i].Path, r.Why))
+			} else {
+				other = append(other, fmt.Sprintf("%s (%s)", files[i].Path, r.Why))
+			}
+		}
+		if len(bins) > 0 {
+			out = append(out, res("host/binaries", verify.Failf(h.Name, "'hardway up' puts back the binaries pinned in hardway.lock", "differ from hardway.lock: %s", strings.Join(bins, ", "))))
+		} else {
+			out = append(out, res("host/binaries", verify.OKf(h.Name, "match hardway.lock (sha256)")))
+		}
+		if len(other) > 0 {
+			out = append(out, res("host/files", verify.Failf(h.Name, "someone edited them on the host; 'hardway up --dry-run' shows the diff, 'hardway up' restores them", "drifted: %s", strings.Join(other, ", "))))
+		} else {
+			out = append(out, res("host/files", verify.OKf(h.Name, "%d files match the rendered ones", len(files))))
+		}
+	}
+
+	for _, comp := range units.Components() {
+		st, err := queryUnit(ctx, sh, comp+".service")
+		switch {
+		case err != nil:
+			out = append(out, res("host/units", verify.Failf(h.Name, "", "%s: %v", comp, err)))
+		case !st.Active:
+			out = append(out, res("host/units", verify.Failf(h.Name, fmt.Sprintf("see 'journalctl -u %s' on %s; 'hardway up' starts it", comp, h.Name), "%s is not active", comp)))
+		case !st.Enabled:
+			out = append(out, res("host/units", verify.Failf(h.Name, "'hardway up' enables it, so it comes back after a reboot", "%s is running but not enabled", comp)))
+		default:
+			out = append(out, res("host/units", verify.OKf(h.Name, "%s enabled and active since %s", comp, st.ActiveEnter)))
+		}
+	}
+
+	t0 := time.Now()
+	b, err := sh.Run(ctx, "date +%s%N", nil)
+	t1 := time.Now()
+	if err == nil {
+		var ns int64
+		fmt.Sscan(strings.TrimSpace(string(b)), &ns)
+		skew := time.Unix(0, ns).Sub(t0.Add(t1.Sub(t0) / 2))
+		if abs(skew) > maxClockSkew {
+			out = append(out, res("host/clock", verify.Failf(h.Name, "run chrony or systemd-timesyncd on every host", "clock is %s off", skew.Round(time.Millisecond))))
+		} else {
+			out = append(out, res("host/clock", verify.OKf(h.Name, "skew %s", skew.Round(time.Millisecond))))
+		}
+	}
+	return out
+}
+
+func (c *Cluster) checkEtcd(ctx context.Context) []verify.Result {
+	cli, err := c.Etcd()
+	if err != nil {
+		return []verify.Result{verify.Failf("", hintOf(err, "run 'hardway pki'"), "etcd client: %v", err)}
+	}
+	defer cli.Close()
+	var out []verify.Result
+	leaders := map[uint64]bool{}
+	for _, h := range c.Inv.ControlPlane {
+		ep := c.etcdEndpoint(h)
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := cli.Health(hctx, ep)
+		var st struct{ Leader uint64 }
+		if err == nil {
+			s, serr := cli.Status(hctx, ep)
+			err, st.Leader = serr, s.Leader
+		}
+		cancel()
+		if err != nil {
+			out = append(out, verify.Result{Check: "etcd/health", Host: h.Name, Status: verify.Fail, Message: err.Error(),
+				Hint: fmt.Sprintf("see 'journalctl -u etcd' on %s; 'hardway up' starts it again", h.Name)})
+			continue
+		}
+		leaders[st.Leader] = true
+		out = append(out, verify.Result{Check: "etcd/health", Host: h.Name, Status: verify.Pass, Message: "healthy"})
+	}
+	ms, err := cli.Members(ctx)
+	if err != nil {
+		return append(out, verify.Failf("", "quorum may be lost: start the stopped members", "member list: %v", err))
+	}
+	stale, missing := diffMembers(ms, c)
+	switch {
+	case len(stale) > 0:
+		err := c.staleErr(stale)
+		out = append(out, verify.Result{Check: "etcd/members", Status: verify.Fail, Message: err.Error(), Hint: strings.ReplaceAll(hintOf(err, ""), "\n", " ; ")})
+	case len(missing) > 0:
+		out = append(out, verify.Result{Check: "etcd/members", Status: verify.Fail, Message: fmt.Sprintf("%d inventory member(s) not in the cluster", len(missing)), Hint: "run 'hardway up'"})
+	default:
+		out = append(out, verify.Result{Check: "etcd/members", Status: verify.Pass, Message: fmt.Sprintf("%d members, as in the inventory", len(ms))})
+	}
+	delete(leaders, 0)
+	if len(leaders) == 1 {
+		out = append(out, verify.Result{Check: "etcd/leader", Status: verify.Pass, Message: "one leader"})
+	} else {
+		out = append(out, verify.Result{Check: "etcd/leader", Status: verify.Fail, Message: fmt.Sprintf("%d leaders seen", len(leaders)), Hint: "members disagree or have no quorum: check the network between the hosts (port 2380)"})
+	}
+	if al, err := cli.Alarms(ctx); err != nil || len(al) > 0 {
+		out = append(out, verify.Result{Check: "etcd/alarms", Status: verify.Fail, Message: fmt.Sprintf("%v %v", al, err), Hint: "NOSPACE: free disk, compact and defrag, then 'etcdctl alarm disarm'"})
+	} else {
+		out = append(out, verify.Result{Check: "etcd/alarms", Status: verify.Pass, Message: "none"})
+	}
+	return out
+}
+
+func (c *Cluster) checkAPIServers(ctx context.Context) []verify.Result {
+	var out []verify.Result
+	for _, h := range c.Inv.ControlPlane {
+		cs, err := c.Kube(h)
+		if err != nil {
+			out = append(out, verify.Result{Check: "apiserver/readyz", Host: h.Name, Status: verify.Fail, Message: err.Error()})
+			continue
+		}
+		if err := kube.Livez(ctx, cs); err != nil {
+			out = append(out, verify.Result{Check: "apiserver/livez", Host: h.Name, Status: verify.Fail, Message: err.Error(), Hint: "see 'journalctl -u kube-apiserver' on " + h.Name})
+		} else {
+			out = append(out, verify.Result{Check: "apiserver/livez", Host: h.Name, Status: verify.Pass, Message: "ok"})
+		}
+		body, err := kube.Readyz(ctx, cs)
+		if err != nil {
+			msg := err.Error()
+			if f := kube.FailedReadyChecks(body); len(f) > 0 {
+				msg = "failing: " + strings.Join(f, "; ")
+			}
+			out = append(out, verify.Result{Check: "apiserver/readyz", Host: h.Name, Status: verify.Fail, Message: msg, Hint: "an etcd failure here means the apiserver cannot reach etcd: check 'hardway verify' etcd lines"})
+		} else {
+			out = append(out, verify.Result{Check: "apiserver/readyz", Host: h.Name, Status: verify.Pass, Message: "ok"})
+		}
+	}
+	return out
+}
+
+func (c *Cluster) checkControllers(ctx context.Context) []verify.Result {
+	var out []verify.Result
+	for _, comp := range []string{units.ControllerManager, units.Scheduler} {
+		for _, h := range c.Inv.ControlPlane {
+			if err := c.probe(ctx, h, comp); err != nil {
+				out = append(out, verify.Result{Check: comp + "/healthz", Host: h.Name, Status: verify.Fail, Message: err.Error(), Hint: "see 'journalctl -u " + comp + "' on " + h.Name})
+			} else {
+				out = append(out, verify.Result{Check: comp + "/healthz", Host: h.Name, Status: verify.Pass, Message: "ok"})
+			}
+		}
+		cs, err := c.Kube(c.Inv.ControlPlane[0])
+		if err != nil {
+			continue
+		}
+		holder, err := kube.LeaseHolder(ctx, cs, comp)
+		if err != nil || holder == "" {
+			out = append(out, verify.Result{Check: comp + "/leader", Status: verify.Fail, Message: fmt.Sprintf("no leader: %v", err),
+				Hint: "'leaderelection lost' in its journal points at a slow etcd disk (fsync): see the preflight fsync figure"})
+		} else {
+			out = append(out, verify.Result{Check: comp + "/leader", Status: verify.Pass, Message: "held by " + holder})
+		}
+	}
+	return out
+}
+
+func (c *Cluster) checkRBAC(ctx context.Context) []verify.Result {
+	cn, err := c.kubeletClientCN()
+	if err != nil {
+		return []verify.Result{verify.Failf("", "run 'hardway pki'", "%v", err)}
+	}
+	cs, err := c.Kube(c.Inv.ControlPlane[0])
+	if err != nil {
+		return []verify.Result{verify.Failf("", "", "%v", err)}
+	}
+	diffs, err := kube.RBACState(ctx, cs, cn)
+	switch {
+	case err != nil:
+		return []verify.Result{verify.Failf("", "", "%v", err)}
+	case len(diffs) > 0:
+		return []verify.Result{verify.Failf("", "'hardway up --only rbac' applies it; without it 'kubectl logs/exec' fail with Forbidden", "%s", strings.Join(diffs, "; "))}
+	}
+	return []verify.Result{verify.OKf("", "%s bound to User %s", kube.KubeletAPIRole, cn)}
+}
+
+func (c *Cluster) checkEncryption(ctx context.Context) []verify.Result {
+	cs, err := c.Kube(c.Inv.ControlPlane[0])
+	if err != nil {
+		return []verify.Result{verify.Failf("", "", "%v", err)}
+	}
+	if err := kube.WriteProbeSecret(ctx, cs); err != nil {
+		return []verify.Result{verify.Failf("", "the apiserver must be ready", "%v", err)}
+	}
+	cli, err := c.Etcd()
+	if err != nil {
+		return []verify.Result{verify.Failf("", "", "%v", err)}
+	}
+	defer cli.Close()
+	raw, err := cli.Get(ctx, kube.ProbeKey())
+	if err != nil {
+		return []verify.Result{verify.Failf("", "", "%v", err)}
+	}
+	want := "k8s:enc:" + c.Inv.Encryption.Provider + ":v1:"
+	switch {
+	case bytes.HasPrefix(raw, []byte(want)):
+		return []verify.Result{verify.OKf("", "%s is stored as %s…", kube.ProbeKey(), want)}
+	case bytes.HasPrefix(raw, []byte("k8s:enc:")):
+		got := string(raw[:min(len(raw), 32)])
+		return []verify.Result{verify.Warnf("", "the first provider of the encryption config is not the inventory's; see 'hardway pki' notes on rotation", "encrypted, but as %q, not %s", got, want)}
+	default:
+		return []verify.Result{verify.Failf("", "the apiserver runs without --encryption-provider-config or with identity first: 'hardway up' renders and restarts it",
+			"secrets are stored in plain text in etcd")}
+	}
+}
+
+func (c *Cluster) checkVersions(ctx context.Context) []verify.Result {
+	var minors []int
+	var out []verify.Result
+	for _, h := range c.Inv.ControlPlane {
+		cs, err := c.Kube(h)
+		if err != nil {
+			continue
+		}
+		info, err := cs.Discovery().ServerVersion()
+		if err != nil {
+			out = append(out, verify.Result{Check: "versions", Host: h.Name, Status: verify.Fail, Message: err.Error()})
+			continue
+		}
+		v, err := version.NewSemver(strings.TrimPrefix(info.GitVersion, "v"))
+		if err != nil {
+			continue
+		}
+		minors = append(minors, v.Segments()[1])
+		if c.Inv.K8s != nil && v.Segments()[1] != c.Inv.K8s.Segments()[1] {
+			out = append(out, verify.Result{Check: "versions", Host: h.Name, Status: verify.Warn, Message: fmt.Sprintf("apiserver %s, inventory %s", info.GitVersion, c.Inv.KubernetesVersion), Hint: "an upgrade in progress? 'hardway up' finishes it"})
+		}
+	}
+	lo, hi := 1<<30, -1
+	for _, m := range minors {
+		lo, hi = min(lo, m), max(hi, m)
+	}
+	if len(minors) > 0 && hi-lo > 1 {
+		out = append(out, verify.Result{Check: "versions", Status: verify.Fail, Message: fmt.Sprintf("apiservers span 1.%d to 1.%d", lo, hi), Hint: "HA apiservers must be within one minor: upgrade one minor at a time"})
+	}
+	if len(out) == 0 {
+		out = append(out, verify.Result{Check: "versions", Status: verify.Pass, Message: fmt.Sprintf("%d apiservers on %s", len(minors), c.Inv.KubernetesVersion)})
+	}
+	return out
+}
+
+func (c *Cluster) checkNodes(ctx context.Context) []verify.Result {
+	cs, err := c.Kube(c.Inv.ControlPlane[0])
+	if err != nil {
+		return []verify.Result{verify.Failf("", "", "%v", err)}
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return []verify.Result{verify.Failf("", "", "list nodes: %v", err)}
+	}
+	if len(nodes.Items) == 0 {
+		return []verify.Result{verify.OKf("", "no nodes registered yet (a control plane without workers)")}
+	}
+	var out []verify.Result
+	for _, p := range kube.NodeProblems(nodes.Items) {
+		out = append(out, verify.Result{Check: "nodes", Host: p.Node, Status: verify.Fail, Message: p.Reason, Hint: p.Hint})
+	}
+	if len(out) == 0 {
+		out = append(out, verify.OKf("", "%d nodes Ready", len(nodes.Items)))
+	}
+	return out
+}

@@ -1,0 +1,237 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/usererr"
+)
+
+func parseLeaf(c tls.Certificate) (*x509.Certificate, error) {
+	if len(c.Certificate) == 0 {
+		return nil, errors.New("empty certificate")
+	}
+	return x509.ParseCertificate(c.Certificate[0])
+}
+
+// Limits of preflight.
+const (
+	maxClockSkew   = 2 * time.Second // TLS and leases break beyond this
+	minFreeDiskKiB = 1 << 20         // 1 GiB: etcd and the binaries need room
+	lowFreeDiskKiB = 5 << 20         // 5 GiB: warn
+	fsyncWarn      = 10 * time.Millisecond
+)
+
+// ports the control plane listens on, and the processes allowed to hold them.
+var ports = map[int]string{2379: "etcd", 2380: "etcd", 6443: "kube-apiserver", 10257: "kube-controller-", 10259: "kube-scheduler"}
+
+// HostFacts is what preflight learned about a host.
+type HostFacts struct {
+	Host       string
+	Arch       string
+	Skew       time.Duration
+	FreeKiB    int64
+	FsyncP99   time.Duration
+	Problems   []string // failures
+	Warnings   []string
+	PortOwners map[int]string
+}
+
+func (c *Cluster) planPreflight(ctx context.Context) ([]plan.Action, error) {
+	facts := make([]HostFacts, len(c.Inv.ControlPlane))
+	var mu sync.Mutex
+	var dialErrs []error
+	err := remote.ForEach(ctx, c.Inv.ControlPlane, 8, func(ctx context.Context, h inventory.Host) error {
+		i := indexOf(c.Inv.ControlPlane, h.Name)
+		sh, err := c.Host(ctx, h.Name)
+		if err != nil {
+			mu.Lock()
+			dialErrs = append(dialErrs, err)
+			mu.Unlock()
+			return nil
+		}
+		f, err := c.hostFacts(ctx, sh)
+		if err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
+		facts[i] = f
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(dialErrs) > 0 {
+		// Host-key and auth failures carry their own hints: show the first
+		// whole, name the rest.
+		return nil, dialErrs[0]
+	}
+	var problems []string
+	for _, f := range facts {
+		for _, w := range f.Warnings {
+			c.logf("[preflight] %s: warning: %s", f.Host, w)
+		}
+		for _, p := range f.Problems {
+			problems = append(problems, f.Host+": "+p)
+		}
+		if len(f.Problems) == 0 {
+			c.logf("[preflight] %s: ok (%s, clock skew %s, %d GiB free, fsync p99 %s)", f.Host, f.Arch,
+				f.Skew.Round(time.Millisecond), f.FreeKiB>>20, f.FsyncP99.Round(100*time.Microsecond))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, usererr.New(fmt.Errorf("preflight failed:\n  %s", strings.Join(problems, "\n  ")),
+			"fix the hosts above and run 'hardway up' again")
+	}
+	return nil, nil
+}
+
+func indexOf(hs []inventory.Host, name string) int {
+	for i, h := range hs {
+		if h.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// factsScript prints one fact per line; every command is POSIX sh and
+// coreutils/iproute2, which any systemd host has.
+const factsScript = `uname -s
+uname -m
+if [ -d /run/systemd/system ]; then echo systemd; else echo no-systemd; fi
+df -Pk /var/lib | awk 'NR==2 {print $4}'
+ss -Hltnp 2>/dev/null | awk '{print "port", $4, $6}'
+date +%s%N
+`
+
+// fsyncScript times 100 single small writes with fdatasync (dd oflag=dsync),
+// then 20 without, so the cost of starting dd can be subtracted. etcd's WAL
+// does exactly such small synchronous appends.
+const fsyncScript = `d=/var/lib/etcd; [ -d "$d" ] || d=/var/lib
+f="$d/.hardway-fsync-probe"
+for i in $(seq 1 100); do s=$(date +%s%N); dd if=/dev/zero of="$f" bs=2300 count=1 oflag=dsync conv=notrunc 2>/dev/null; e=$(date +%s%N); echo "s $((e-s))"; done
+for i in $(seq 1 20); do s=$(date +%s%N); dd if=/dev/zero of="$f" bs=2300 count=1 conv=notrunc 2>/dev/null; e=$(date +%s%N); echo "b $((e-s))"; done
+rm -f "$f"
+`
+
+func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, error) {
+	f := HostFacts{Host: sh.Name(), PortOwners: map[int]string{}}
+	t0 := time.Now()
+	out, err := sh.Run(ctx, factsScript, nil)
+	t1 := time.Now()
+	if err != nil {
+		return f, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 5 {
+		return f, fmt.Errorf("unexpected preflight output: %q", out)
+	}
+	if lines[0] != "Linux" {
+		f.Problems = append(f.Problems, "not Linux: "+lines[0])
+	}
+	f.Arch = map[string]string{"x86_64": "amd64", "aarch64": "arm64"}[lines[1]]
+	if f.Arch != c.Inv.Arch {
+		f.Problems = append(f.Problems, fmt.Sprintf("architecture %s, but the inventory says arch: %s", lines[1], c.Inv.Arch))
+	}
+	if lines[2] != "systemd" {
+		f.Problems = append(f.Problems, "systemd is not running as init (hardway installs systemd services)")
+	}
+	if f.FreeKiB, err = strconv.ParseInt(lines[3], 10, 64); err == nil {
+		switch {
+		case f.FreeKiB < minFreeDiskKiB:
+			f.Problems = append(f.Problems, fmt.Sprintf("only %d MiB free on /var/lib", f.FreeKiB>>10))
+		case f.FreeKiB < lowFreeDiskKiB:
+			f.Warnings = append(f.Warnings, fmt.Sprintf("only %d MiB free on /var/lib; etcd stops writing (NOSPACE) when it is full", f.FreeKiB>>10))
+		}
+	}
+	for _, l := range lines[4 : len(lines)-1] {
+		fs := strings.Fields(l)
+		if len(fs) < 2 || fs[0] != "port" {
+			continue
+		}
+		i := strings.LastIndex(fs[1], ":")
+		port, _ := strconv.Atoi(fs[1][i+1:])
+		want, ours := ports[port]
+		if !ours {
+			continue
+		}
+		owner := ""
+		if len(fs) > 2 {
+			owner = fs[2]
+		}
+		if !strings.Contains(owner, `"`+want) {
+			f.Problems = append(f.Problems, fmt.Sprintf("port %d is taken by %s (hardway needs it for %s)", port, owner, strings.TrimSuffix(want, "-")))
+		}
+	}
+	if ns, err := strconv.ParseInt(lines[len(lines)-1], 10, 64); err == nil {
+		mid := t0.Add(t1.Sub(t0) / 2)
+		f.Skew = time.Unix(0, ns).Sub(mid)
+		if abs(f.Skew) > maxClockSkew+t1.Sub(t0)/2 {
+			f.Problems = append(f.Problems, fmt.Sprintf("clock is %s off this machine's; TLS and leader leases break beyond %s (run chrony or systemd-timesyncd)", f.Skew.Round(time.Millisecond), maxClockSkew))
+		}
+	}
+	out, err = sh.Run(ctx, fsyncScript, nil)
+	if err != nil {
+		f.Warnings = append(f.Warnings, "could not measure fsync latency: "+err.Error())
+		return f, nil
+	}
+	f.FsyncP99 = fsyncP99(string(out))
+	if f.FsyncP99 > fsyncWarn {
+		f.Warnings = append(f.Warnings, fmt.Sprintf("fsync p99 %s on the etcd disk (etcd wants < 10ms): expect 'leaderelection lost' in kube-controller-manager and 'context deadline exceeded' from etcd; use an SSD", f.FsyncP99.Round(100*time.Microsecond)))
+	}
+	return f, nil
+}
+
+// fsyncP99 is the 99th percentile of the synced writes minus the median of
+// the unsynced ones (the cost of forking dd and reading the clock).
+func fsyncP99(out string) time.Duration {
+	var synced, base []int64
+	for _, l := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(l, " ")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if !ok || err != nil {
+			continue
+		}
+		if k == "s" {
+			synced = append(synced, n)
+		} else {
+			base = append(base, n)
+		}
+	}
+	if len(synced) == 0 {
+		return 0
+	}
+	sort.Slice(synced, func(i, j int) bool { return synced[i] < synced[j] })
+	sort.Slice(base, func(i, j int) bool { return base[i] < base[j] })
+	p99 := synced[(len(synced)*99)/100-boolInt(len(synced) >= 100)]
+	var med int64
+	if len(base) > 0 {
+		med = base[len(base)/2]
+	}
+	return time.Duration(max(p99-med, 0))
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}

@@ -1,0 +1,369 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hardway/hardway/pkg/etcd"
+	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/kube"
+	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/units"
+	"github.com/hardway/hardway/pkg/usererr"
+)
+
+// unitState is what systemd says about one unit on one host.
+type unitState struct {
+	Active, Enabled, NeedReload bool
+	ActiveEnter                 string
+}
+
+func queryUnit(ctx context.Context, sh remote.Host, unit string) (unitState, error) {
+	out, err := sh.Run(ctx, fmt.Sprintf("systemctl show -p ActiveState -p UnitFileState -p NeedDaemonReload -p ActiveEnterTimestamp %s", remote.Quote(unit)), nil)
+	if err != nil {
+		return unitState{}, err
+	}
+	var st unitState
+	for _, l := range strings.Split(string(out), "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		switch k {
+		case "ActiveState":
+			st.Active = v == "active"
+		case "UnitFileState":
+			st.Enabled = v == "enabled"
+		case "NeedDaemonReload":
+			st.NeedReload = v == "yes"
+		case "ActiveEnterTimestamp":
+			st.ActiveEnter = v
+		}
+	}
+	return st, nil
+}
+
+// journalTail is the last lines of a unit's journal, for error messages.
+func journalTail(ctx context.Context, sh remote.Host, unit string, n int) string {
+	out, _ := sh.Run(ctx, fmt.Sprintf("journalctl -u %s -n %d --no-pager -o cat 2>&1 || true", remote.Quote(unit), n), nil)
+	return strings.TrimSpace(string(out))
+}
+
+// systemctl runs systemctl with args and adds the journal on failure.
+func systemctl(ctx context.Context, sh remote.Host, unit string, args ...string) error {
+	_, err := sh.Run(ctx, "systemctl "+strings.Join(args, " "), nil)
+	if err != nil {
+		return usererr.New(fmt.Errorf("%s: systemctl %s: %w\n%s", sh.Name(), strings.Join(args, " "), err, journalTail(ctx, sh, unit, 30)),
+			fmt.Sprintf("see 'journalctl -u %s' on %s", unit, sh.Name()))
+	}
+	return nil
+}
+
+// serviceActions returns the actions that bring one component on one host to
+// enabled + running with its current files: daemon-reload when a unit file
+// changed, enable, start or restart (when its files changed), then wait.
+func (c *Cluster) serviceActions(ctx context.Context, h inventory.Host, comp string, noBlock bool, wait func(ctx context.Context) error) ([]plan.Action, error) {
+	sh, err := c.Host(ctx, h.Name)
+	if err != nil {
+		return nil, err
+	}
+	unit := comp + ".service"
+	st, err := queryUnit(ctx, sh, unit)
+	if err != nil {
+		return nil, err
+	}
+	pending, err := pendingRestarts(ctx, sh)
+	if err != nil {
+		return nil, err
+	}
+	var steps []string
+	if st.NeedReload {
+		steps = append(steps, "daemon-reload")
+	}
+	if !st.Enabled {
+		steps = append(steps, "enable")
+	}
+	switch {
+	case !st.Active:
+		steps = append(steps, "start")
+	case pending[comp]:
+		steps = append(steps, "restart (files changed)")
+	}
+	if len(steps) == 0 {
+		if pending[comp] {
+			// Started fresh with the new files already: nothing to restart.
+			return []plan.Action{{Host: h.Name, Desc: "clear restart marker of " + comp, Do: func(ctx context.Context) error { return clearRestart(ctx, sh, comp) }}}, nil
+		}
+		return nil, nil
+	}
+	desc := comp + ": " + strings.Join(steps, ", ")
+	return []plan.Action{{Host: h.Name, Desc: desc, Do: func(ctx context.Context) error {
+		for _, s := range steps {
+			var err error
+			switch {
+			case s == "daemon-reload":
+				err = systemctl(ctx, sh, unit, "daemon-reload")
+			case s == "enable":
+				err = systemctl(ctx, sh, unit, "enable", "--quiet", unit)
+			case s == "start" && noBlock:
+				err = systemctl(ctx, sh, unit, "start", "--no-block", unit)
+			case s == "start":
+				err = systemctl(ctx, sh, unit, "start", unit)
+			default:
+				err = systemctl(ctx, sh, unit, "restart", unit)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if wait != nil && !noBlock {
+			wctx, cancel := context.WithTimeout(ctx, c.opt.ServiceTimeout)
+			defer cancel()
+			if err := wait(wctx); err != nil {
+				return usererr.New(fmt.Errorf("%s did not become healthy on %s: %w\n%s", comp, h.Name, err, journalTail(ctx, sh, unit, 30)),
+					fmt.Sprintf("see 'journalctl -u %s' on %s", unit, h.Name))
+			}
+		}
+		return clearRestart(ctx, sh, comp)
+	}}}, nil
+}
+
+// poll calls fn until it succeeds or ctx ends, returning the last error.
+func poll(ctx context.Context, every time.Duration, fn func(ctx context.Context) error) error {
+	var last error
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		last = fn(actx)
+		cancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-time.After(every):
+		}
+	}
+}
+
+// --- etcd --------------------------------------------------------------
+
+func (c *Cluster) planEtcd(ctx context.Context) ([]plan.Action, error) {
+	var starts, restarts []plan.Action
+	for _, h := range c.Inv.ControlPlane {
+		// A member that is down must be started without blocking: on a new
+		// cluster no member is ready before a quorum has started.
+		as, err := c.serviceActions(ctx, h, units.Etcd, true, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range as {
+			if strings.Contains(a.Desc, "restart") {
+				// Rebuild with a blocking restart and a health wait, so
+				// members restart one at a time and quorum holds.
+				hh := h
+				ras, err := c.serviceActions(ctx, hh, units.Etcd, false, func(ctx context.Context) error { return c.etcdHealthy(ctx, hh) })
+				if err != nil {
+					return nil, err
+				}
+				restarts = append(restarts, ras...)
+			} else {
+				starts = append(starts, a)
+			}
+		}
+	}
+	actions := append(starts, restarts...)
+	if len(starts) > 0 {
+		actions = append(actions, plan.Action{Desc: "wait for etcd quorum and check members", Do: c.waitEtcd})
+		return actions, nil
+	}
+	if len(actions) == 0 {
+		// Converged on the hosts: still prove the members match.
+		if err := c.checkMembers(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return actions, nil
+}
+
+func (c *Cluster) etcdHealthy(ctx context.Context, h inventory.Host) error {
+	cli, err := c.Etcd()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	return poll(ctx, time.Second, func(ctx context.Context) error { return cli.Health(ctx, c.etcdEndpoint(h)) })
+}
+
+func (c *Cluster) waitEtcd(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, c.opt.ServiceTimeout)
+	defer cancel()
+	for _, h := range c.Inv.ControlPlane {
+		sh, err := c.Host(ctx, h.Name)
+		if err != nil {
+			return err
+		}
+		if err := poll(wctx, time.Second, func(ctx context.Context) error {
+			st, err := queryUnit(ctx, sh, "etcd.service")
+			if err == nil && !st.Active {
+				err = errors.New("etcd.service not active")
+			}
+			return err
+		}); err != nil {
+			return usererr.New(fmt.Errorf("etcd on %s: %w\n%s", h.Name, err, journalTail(ctx, sh, "etcd.service", 30)),
+				"see 'journalctl -u etcd' on "+h.Name+"; a data dir from another cluster needs removing: rm -rf /var/lib/etcd/member")
+		}
+		if err := c.etcdHealthy(wctx, h); err != nil {
+			return err
+		}
+		if err := clearRestart(ctx, sh, units.Etcd); err != nil {
+			return err
+		}
+	}
+	return c.checkMembers(ctx)
+}
+
+// checkMembers compares the member list with the inventory; stale members
+// are removed only with --remove-stale-members, else named with the fix.
+func (c *Cluster) checkMembers(ctx context.Context) error {
+	cli, err := c.Etcd()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ms, err := cli.Members(ctx)
+	if err != nil {
+		return err
+	}
+	stale, missing := etcd.Diff(ms, c.etcdWanted())
+	if len(stale) > 0 && !c.opt.RemoveStaleMembers {
+		return c.staleErr(stale)
+	}
+	for _, m := range stale {
+		c.logf("[etcd] removing stale member %s (%s)", m.Name, m.IDHex())
+		if err := cli.RemoveMember(ctx, m.ID); err != nil {
+			return err
+		}
+	}
+	if len(missing) > 0 {
+		var names []string
+		for _, w := range missing {
+			names = append(names, w.Name)
+		}
+		return usererr.New(fmt.Errorf("etcd members missing from the cluster: %s", strings.Join(names, ", ")),
+			"a replaced host must join as a new member: remove the stale member, wipe /var/lib/etcd on the new host, and run 'hardway up' again")
+	}
+	return nil
+}
+
+// --- control plane -----------------------------------------------------
+
+func (c *Cluster) planControlPlane(ctx context.Context) ([]plan.Action, error) {
+	var actions []plan.Action
+	for _, comp := range []string{units.APIServer, units.ControllerManager, units.Scheduler} {
+		for _, h := range c.Inv.ControlPlane {
+			h, comp := h, comp
+			as, err := c.serviceActions(ctx, h, comp, false, func(ctx context.Context) error { return c.componentHealthy(ctx, h, comp) })
+			if err != nil {
+				return nil, err
+			}
+			actions = append(actions, as...)
+		}
+	}
+	return actions, nil
+}
+
+// componentHealthy polls a component's health endpoint through SSH.
+func (c *Cluster) componentHealthy(ctx context.Context, h inventory.Host, comp string) error {
+	return poll(ctx, time.Second, func(ctx context.Context) error { return c.probe(ctx, h, comp) })
+}
+
+// healthPath is where each component says it is healthy, on the host's loopback.
+var healthPath = map[string]struct {
+	port int
+	path string
+}{
+	units.APIServer:         {6443, "/readyz"},
+	units.ControllerManager: {10257, "/healthz"},
+	units.Scheduler:         {10259, "/healthz"},
+}
+
+// probe GETs the component's health endpoint once, through the host's SSH
+// connection. The apiserver's certificate is checked against the cluster
+// CA; controller-manager and scheduler serve self-signed certificates they
+// make at start, which no CA vouches for, so only their answer counts.
+func (c *Cluster) probe(ctx context.Context, h inventory.Host, comp string) error {
+	ep := healthPath[comp]
+	sh, err := c.Host(ctx, h.Name)
+	if err != nil {
+		return err
+	}
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if comp == units.APIServer {
+		pool, err := c.caPool("ca")
+		if err != nil {
+			return err
+		}
+		tlsCfg.RootCAs, tlsCfg.ServerName = pool, "127.0.0.1"
+	} else {
+		tlsCfg.InsecureSkipVerify = true // self-signed serving cert on loopback; see above
+	}
+	tr := &http.Transport{TLSClientConfig: tlsCfg,
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return sh.Client().DialContext(ctx, "tcp", addr) }}
+	defer tr.CloseIdleConnections()
+	url := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ep.port)) + ep.path
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s", ep.path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// --- rbac --------------------------------------------------------------
+
+// kubeletClientCN is the subject the RBAC binding must name.
+func (c *Cluster) kubeletClientCN() (string, error) {
+	cert, err := tls.LoadX509KeyPair(c.opt.State.Cert("apiserver-kubelet-client"), c.opt.State.Key("apiserver-kubelet-client"))
+	if err != nil {
+		return "", fmt.Errorf("apiserver-kubelet-client certificate: %w", err)
+	}
+	x, err := parseLeaf(cert)
+	if err != nil {
+		return "", err
+	}
+	return x.Subject.CommonName, nil
+}
+
+func (c *Cluster) planRBAC(ctx context.Context) ([]plan.Action, error) {
+	cn, err := c.kubeletClientCN()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := c.Kube(c.Inv.ControlPlane[0])
+	if err != nil {
+		return nil, err
+	}
+	diffs, err := kube.RBACState(ctx, cs, cn)
+	if err != nil {
+		return nil, err
+	}
+	if len(diffs) == 0 {
+		return nil, nil
+	}
+	return []plan.Action{{Desc: "apply ClusterRole " + kube.KubeletAPIRole + " and ClusterRoleBinding " + kube.KubeletAPIBinding + " (subject User " + cn + ")",
+		Diff: strings.Join(diffs, "\n"),
+		Do:   func(ctx context.Context) error { return kube.ApplyRBAC(ctx, cs, cn) }}}, nil
+}
+

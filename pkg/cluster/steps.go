@@ -1,0 +1,322 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hardway/hardway/pkg/pki"
+	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/release"
+	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/units"
+	"github.com/hardway/hardway/pkg/usererr"
+)
+
+// Steps are the steps of `hardway up`, in order.
+func (c *Cluster) Steps() []plan.Step {
+	return []plan.Step{
+		{Name: "preflight", Doc: "SSH with verified host keys; Linux, systemd, arch, clock, ports, disk, etcd fsync latency", Plan: c.planPreflight},
+		{Name: "pki", Doc: "CA, certificates, service-account key, encryption config, kubeconfigs (reused when valid)", Plan: c.planPKI},
+		{Name: "fetch", Doc: "release binaries verified against published checksums and hardway.lock", Plan: c.planFetch},
+		{Name: "render", Doc: "systemd units and configs for the inventory's versions", Plan: c.planRender},
+		{Name: "push", Doc: "binaries, certificates, kubeconfigs, configs and units, atomically; equal files skipped", Plan: c.planPush},
+		{Name: "etcd", Doc: "start or restart etcd, keeping quorum; check health and members", Plan: c.planEtcd},
+		{Name: "control-plane", Doc: "start or restart kube-apiserver, kube-controller-manager, kube-scheduler, host by host", Plan: c.planControlPlane},
+		{Name: "rbac", Doc: "ClusterRole and binding that let the apiserver reach kubelets (server-side apply)", Plan: c.planRBAC},
+	}
+}
+
+// --- pki ---------------------------------------------------------------
+
+func (c *Cluster) planPKI(ctx context.Context) ([]plan.Action, error) {
+	var todo []string
+	for _, r := range pki.Check(c.Inv, c.opt.State, time.Now()) {
+		// Errors (missing, broken, not covering) and a leaf's warnings
+		// (renewal window, stale SANs) are what Generate acts on; a CA's
+		// warning is a note for the user, never an automatic replacement.
+		if r.State == pki.CheckFailed || (r.State == pki.CheckWarning && r.Kind == pki.KindCertificate && r.CA != "") {
+			why := "missing"
+			if len(r.Problems) > 0 {
+				why = r.Problems[0]
+			}
+			todo = append(todo, fmt.Sprintf("%s (%s)", r.Name, why))
+		}
+	}
+	if len(todo) == 0 {
+		return nil, nil
+	}
+	desc := fmt.Sprintf("generate %d file(s) in %s", len(todo), c.opt.State)
+	diff := strings.Join(todo, "\n")
+	return []plan.Action{{Desc: desc, Diff: diff, Do: func(ctx context.Context) error {
+		rs, err := pki.Generate(ctx, c.Inv, c.opt.State, pki.Options{})
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if r.Status != pki.Reused {
+				line := fmt.Sprintf("[pki] %s %s", r.Status, r.Name)
+				if r.Reason != "" {
+					line += ": " + r.Reason
+				}
+				c.logf("%s", line)
+			}
+			if r.Note != "" {
+				c.logf("[pki] note: %s: %s", r.Name, r.Note)
+			}
+		}
+		return nil
+	}}}, nil
+}
+
+// --- fetch -------------------------------------------------------------
+
+func (c *Cluster) releaseOptions(offline bool) release.Options {
+	o := c.opt.Release
+	if o.Kubernetes == "" {
+		keep := o
+		o = release.OptionsFor(c.Inv)
+		o.CacheDir, o.UpdateLock, o.Jobs = keep.CacheDir, keep.UpdateLock, keep.Jobs
+		o.Offline = keep.Offline
+	}
+	if offline {
+		o.Offline = true
+	}
+	return o
+}
+
+func (c *Cluster) planFetch(ctx context.Context) ([]plan.Action, error) {
+	o := c.releaseOptions(true)
+	set, err := release.Resolve(ctx, o)
+	if err == nil {
+		c.set = set
+		return nil, nil
+	}
+	if c.opt.Release.Offline {
+		return nil, err
+	}
+	// Only "not in the cache yet" is something a download fixes; a lock
+	// mismatch or a bad version must stop here.
+	msg := err.Error()
+	if !strings.Contains(msg, "missing") && !strings.Contains(msg, "needs") && !strings.Contains(msg, "minor") {
+		return nil, err
+	}
+	first := strings.SplitN(msg, "\n", 2)[0]
+	return []plan.Action{{Desc: "download and verify release binaries (" + first + ")", Do: func(ctx context.Context) error {
+		o := c.releaseOptions(false)
+		o.Progress = c.opt.Progress
+		set, err := release.Resolve(ctx, o)
+		if err != nil {
+			return err
+		}
+		c.set = set
+		return nil
+	}}}, nil
+}
+
+// --- render ------------------------------------------------------------
+
+func (c *Cluster) planRender(ctx context.Context) ([]plan.Action, error) {
+	ms, err := units.Render(c.Inv)
+	if err != nil {
+		return nil, err
+	}
+	c.manifests = map[string]*units.Manifest{}
+	for i := range ms {
+		c.manifests[ms[i].Host] = &ms[i]
+	}
+	return nil, nil
+}
+
+// --- push --------------------------------------------------------------
+
+// restartDir holds one marker file per component whose files changed and
+// that has not been restarted since: a run that fails between push and
+// restart leaves the markers, and the next run finishes the job.
+const restartDir = "/var/lib/hardway/restart"
+
+// remoteFiles turns a host's manifest into remote files, resolving copied
+// files to the state directory or the release cache.
+func (c *Cluster) remoteFiles(m *units.Manifest) ([]remote.File, error) {
+	var out []remote.File
+	for _, f := range m.Files {
+		owner, group, _ := strings.Cut(f.Owner, ":")
+		rf := remote.File{Path: f.Path, Mode: f.Mode, Owner: owner, Group: group, Data: f.Content}
+		if f.Source != nil {
+			if f.Source.Kind == units.SourceBinary {
+				if c.set == nil {
+					return nil, usererr.New(errors.New("the release binaries are not in the cache"), "run 'hardway fetch' first, or 'hardway up' without --offline")
+				}
+				a, ok := c.set.Get(f.Source.Name)
+				if !ok {
+					return nil, fmt.Errorf("release set has no %s", f.Source.Name)
+				}
+				rf.Source, rf.Size, rf.SHA256 = a.Path, a.Size, a.SHA256
+			} else {
+				rf.Source = f.Source.LocalPath(c.opt.State)
+				if _, err := os.Stat(rf.Source); err != nil {
+					return nil, usererr.New(fmt.Errorf("%s needs %s: %w", f.Path, rf.Source, err), "run 'hardway pki' (or 'hardway up' without --skip pki)")
+				}
+			}
+		}
+		out = append(out, rf)
+	}
+	return out, nil
+}
+
+func (c *Cluster) planPush(ctx context.Context) ([]plan.Action, error) {
+	if c.manifests == nil {
+		if _, err := c.planRender(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var actions []plan.Action
+	for _, h := range c.Inv.ControlPlane {
+		m := c.manifests[h.Name]
+		sh, err := c.Host(ctx, h.Name)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.ensureDirs(ctx, sh, m, &actions); err != nil {
+			return nil, err
+		}
+		files, err := c.remoteFiles(m)
+		if err != nil {
+			return nil, err
+		}
+		res, err := remote.Compare(ctx, sh, files)
+		if err != nil {
+			return nil, err
+		}
+		for i, r := range res {
+			if !r.Changed() {
+				continue
+			}
+			f, mf := files[i], m.Files[i]
+			desc := fmt.Sprintf("write %s (%04o, %s)", f.Path, f.Mode.Perm(), r.Why)
+			diff := ""
+			if mf.Content != nil && r.Content && r.Why != "missing" {
+				diff = c.shortDiff(ctx, sh, f.Path, mf.Content)
+			}
+			actions = append(actions, plan.Action{Host: h.Name, Desc: desc, Diff: diff, Do: func(ctx context.Context) error {
+				// Mark first: if the write succeeds and the run dies before
+				// the restart, the next run still restarts.
+				if err := c.markRestart(ctx, sh, mf.Components); err != nil {
+					return err
+				}
+				_, err := remote.WriteFile(ctx, sh, f)
+				return err
+			}})
+		}
+	}
+	return actions, nil
+}
+
+func (c *Cluster) ensureDirs(ctx context.Context, sh remote.Host, m *units.Manifest, actions *[]plan.Action) error {
+	dirs := append([]units.Dir{{Path: restartDir, Mode: 0o700, Owner: "root:root"}}, m.Dirs...)
+	var script strings.Builder
+	for _, d := range dirs {
+		fmt.Fprintf(&script, "stat -c '%%a %%U:%%G' %s 2>/dev/null || echo missing\n", remote.Quote(d.Path))
+	}
+	out, err := sh.Run(ctx, script.String(), nil)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for i, d := range dirs {
+		want := fmt.Sprintf("%o %s", d.Mode.Perm(), d.Owner)
+		if i < len(lines) && lines[i] == want {
+			continue
+		}
+		got := "missing"
+		if i < len(lines) {
+			got = lines[i]
+		}
+		owner := d.Owner
+		*actions = append(*actions, plan.Action{Host: sh.Name(), Desc: fmt.Sprintf("directory %s (%04o %s; now %s)", d.Path, d.Mode.Perm(), owner, got),
+			Do: func(ctx context.Context) error {
+				u, g, _ := strings.Cut(owner, ":")
+				_, err := sh.Run(ctx, fmt.Sprintf("install -d -m %o -o %s -g %s %s", d.Mode.Perm(), remote.Quote(u), remote.Quote(g), remote.Quote(d.Path)), nil)
+				return err
+			}})
+	}
+	return nil
+}
+
+func (c *Cluster) markRestart(ctx context.Context, sh remote.Host, comps []string) error {
+	if len(comps) == 0 {
+		return nil
+	}
+	var paths []string
+	for _, comp := range comps {
+		paths = append(paths, remote.Quote(path.Join(restartDir, comp)))
+	}
+	_, err := sh.Run(ctx, "mkdir -p -m 0700 "+restartDir+" && touch "+strings.Join(paths, " "), nil)
+	return err
+}
+
+// shortDiff is a unified-ish diff of a text file on the host against want,
+// at most 20 lines: enough to see which flag changed.
+func (c *Cluster) shortDiff(ctx context.Context, sh remote.Host, p string, want []byte) string {
+	old, err := sh.Run(ctx, "head -c 65536 "+remote.Quote(p), nil)
+	if err != nil || bytes.IndexByte(old, 0) >= 0 {
+		return ""
+	}
+	a, b := lineSet(old), lineSet(want)
+	var out []string
+	for _, l := range strings.Split(string(old), "\n") {
+		if !b[l] && strings.TrimSpace(l) != "" {
+			out = append(out, "- "+l)
+		}
+	}
+	for _, l := range strings.Split(string(want), "\n") {
+		if !a[l] && strings.TrimSpace(l) != "" {
+			out = append(out, "+ "+l)
+		}
+	}
+	if len(out) > 20 {
+		out = append(out[:20], fmt.Sprintf("… %d more lines", len(out)-20))
+	}
+	return strings.Join(out, "\n")
+}
+
+func lineSet(b []byte) map[string]bool {
+	m := map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		m[l] = true
+	}
+	return m
+}
+
+// pendingRestarts lists the components marked for restart on a host.
+func pendingRestarts(ctx context.Context, sh remote.Host) (map[string]bool, error) {
+	out, err := sh.Run(ctx, "ls -1 "+restartDir+" 2>/dev/null || true", nil)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]bool{}
+	for _, l := range strings.Fields(string(out)) {
+		m[l] = true
+	}
+	return m, nil
+}
+
+func clearRestart(ctx context.Context, sh remote.Host, comp string) error {
+	_, err := sh.Run(ctx, "rm -f "+remote.Quote(path.Join(restartDir, comp)), nil)
+	return err
+}
+
+func sortedKeys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
