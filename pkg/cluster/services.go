@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -51,18 +50,17 @@ func queryUnit(ctx context.Context, sh remote.Host, unit string) (unitState, err
 
 // journalTail is the last lines of a unit's journal, for error messages.
 func journalTail(ctx context.Context, sh remote.Host, unit string, n int) string {
-	out, _ := sh.Run(ctx, fmt.Sprintf("journalctl -u %s -n %d --no-pager -o cat 2>&1 || true", remote.Quote(unit), n), nil)
-	return strings.TrimSpace(string(out))
+	out, _ := remote.Journal(ctx, sh, unit, n)
+	return strings.TrimSpace(out)
 }
 
-// systemctl runs systemctl with args and adds the journal on failure.
-func systemctl(ctx context.Context, sh remote.Host, unit string, args ...string) error {
-	_, err := sh.Run(ctx, "systemctl "+strings.Join(args, " "), nil)
-	if err != nil {
-		return usererr.New(fmt.Errorf("%s: systemctl %s: %w\n%s", sh.Name(), strings.Join(args, " "), err, journalTail(ctx, sh, unit, 30)),
-			fmt.Sprintf("see 'journalctl -u %s' on %s", unit, sh.Name()))
+// withJournal wraps a failed systemctl call with the unit's journal.
+func withJournal(ctx context.Context, sh remote.Host, unit string, err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	return usererr.New(fmt.Errorf("%s: %w\n%s", sh.Name(), err, journalTail(ctx, sh, unit, 30)),
+		fmt.Sprintf("see 'journalctl -u %s' on %s", unit, sh.Name()))
 }
 
 // serviceActions returns the actions that bring one component on one host to
@@ -108,18 +106,20 @@ func (c *Cluster) serviceActions(ctx context.Context, h inventory.Host, comp str
 			var err error
 			switch {
 			case s == "daemon-reload":
-				err = systemctl(ctx, sh, unit, "daemon-reload")
+				err = remote.DaemonReload(ctx, sh)
 			case s == "enable":
-				err = systemctl(ctx, sh, unit, "enable", "--quiet", unit)
+				err = remote.Enable(ctx, sh, unit)
 			case s == "start" && noBlock:
-				err = systemctl(ctx, sh, unit, "start", "--no-block", unit)
+				// Queue the start and return: the caller waits for all
+				// members together.
+				_, err = sh.Run(ctx, "systemctl start --no-block "+remote.Quote(unit), nil)
 			case s == "start":
-				err = systemctl(ctx, sh, unit, "start", unit)
+				err = remote.Start(ctx, sh, unit)
 			default:
-				err = systemctl(ctx, sh, unit, "restart", unit)
+				err = remote.Restart(ctx, sh, unit)
 			}
 			if err != nil {
-				return err
+				return withJournal(ctx, sh, unit, err)
 			}
 		}
 		if wait != nil && !noBlock {
@@ -209,14 +209,8 @@ func (c *Cluster) waitEtcd(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := poll(wctx, time.Second, func(ctx context.Context) error {
-			st, err := queryUnit(ctx, sh, "etcd.service")
-			if err == nil && !st.Active {
-				err = errors.New("etcd.service not active")
-			}
-			return err
-		}); err != nil {
-			return usererr.New(fmt.Errorf("etcd on %s: %w\n%s", h.Name, err, journalTail(ctx, sh, "etcd.service", 30)),
+		if err := remote.WaitActive(wctx, sh, "etcd.service", c.opt.ServiceTimeout); err != nil {
+			return usererr.New(fmt.Errorf("etcd on %s: %w", h.Name, err),
 				"see 'journalctl -u etcd' on "+h.Name+"; a data dir from another cluster needs removing: rm -rf /var/lib/etcd/member")
 		}
 		if err := c.etcdHealthy(wctx, h); err != nil {
@@ -315,7 +309,9 @@ func (c *Cluster) probe(ctx context.Context, h inventory.Host, comp string) erro
 		tlsCfg.InsecureSkipVerify = true // self-signed serving cert on loopback; see above
 	}
 	tr := &http.Transport{TLSClientConfig: tlsCfg,
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return sh.Client().DialContext(ctx, "tcp", addr) }}
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return sh.Client().DialContext(ctx, "tcp", addr)
+		}}
 	defer tr.CloseIdleConnections()
 	url := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ep.port)) + ep.path
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -366,4 +362,3 @@ func (c *Cluster) planRBAC(ctx context.Context) ([]plan.Action, error) {
 		Diff: strings.Join(diffs, "\n"),
 		Do:   func(ctx context.Context) error { return kube.ApplyRBAC(ctx, cs, cn) }}}, nil
 }
-

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"sort"
 	"strings"
 	"time"
 
@@ -310,13 +309,4 @@ func pendingRestarts(ctx context.Context, sh remote.Host) (map[string]bool, erro
 func clearRestart(ctx context.Context, sh remote.Host, comp string) error {
 	_, err := sh.Run(ctx, "rm -f "+remote.Quote(path.Join(restartDir, comp)), nil)
 	return err
-}
-
-func sortedKeys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
