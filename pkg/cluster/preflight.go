@@ -107,21 +107,21 @@ func indexOf(hs []inventory.Host, name string) int {
 
 // factsScript prints one fact per line; every command is POSIX sh and
 // coreutils/iproute2, which any systemd host has.
-const factsScript = `uname -s
+const factsScript = `date +%s%N
+uname -s
 uname -m
 if [ -d /run/systemd/system ]; then echo systemd; else echo no-systemd; fi
 df -Pk /var/lib | awk 'NR==2 {print $4}'
 ss -Hltnp 2>/dev/null | awk '{print "port", $4, $6}'
-date +%s%N
 `
 
-// fsyncScript times 100 single small writes with fdatasync (dd oflag=dsync),
-// then 20 without, so the cost of starting dd can be subtracted. etcd's WAL
+// fsyncScript times 50 single small writes with fdatasync (dd oflag=dsync),
+// then 10 without, so the cost of starting dd can be subtracted. etcd's WAL
 // does exactly such small synchronous appends.
 const fsyncScript = `d=/var/lib/etcd; [ -d "$d" ] || d=/var/lib
 f="$d/.hardway-fsync-probe"
-for i in $(seq 1 100); do s=$(date +%s%N); dd if=/dev/zero of="$f" bs=2300 count=1 oflag=dsync conv=notrunc 2>/dev/null; e=$(date +%s%N); echo "s $((e-s))"; done
-for i in $(seq 1 20); do s=$(date +%s%N); dd if=/dev/zero of="$f" bs=2300 count=1 conv=notrunc 2>/dev/null; e=$(date +%s%N); echo "b $((e-s))"; done
+for i in $(seq 1 50); do s=$(date +%s%N); dd if=/dev/zero of="$f" bs=2300 count=1 oflag=dsync conv=notrunc 2>/dev/null; e=$(date +%s%N); echo "s $((e-s))"; done
+for i in $(seq 1 10); do s=$(date +%s%N); dd if=/dev/zero of="$f" bs=2300 count=1 conv=notrunc 2>/dev/null; e=$(date +%s%N); echo "b $((e-s))"; done
 rm -f "$f"
 `
 
@@ -133,10 +133,13 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 	if err != nil {
 		return f, err
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) < 5 {
+	all := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(all) < 5 {
 		return f, fmt.Errorf("unexpected preflight output: %q", out)
 	}
+	// The clock is read first: the round trip's midpoint is then closest to
+	// when the host read it.
+	clock, lines := all[0], all[1:]
 	if lines[0] != "Linux" {
 		f.Problems = append(f.Problems, "not Linux: "+lines[0])
 	}
@@ -155,7 +158,7 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 			f.Warnings = append(f.Warnings, fmt.Sprintf("only %d MiB free on /var/lib; etcd stops writing (NOSPACE) when it is full", f.FreeKiB>>10))
 		}
 	}
-	for _, l := range lines[4 : len(lines)-1] {
+	for _, l := range lines[4:] {
 		fs := strings.Fields(l)
 		if len(fs) < 2 || fs[0] != "port" {
 			continue
@@ -174,7 +177,7 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 			f.Problems = append(f.Problems, fmt.Sprintf("port %d is taken by %s (hardway needs it for %s)", port, owner, strings.TrimSuffix(want, "-")))
 		}
 	}
-	if ns, err := strconv.ParseInt(lines[len(lines)-1], 10, 64); err == nil {
+	if ns, err := strconv.ParseInt(clock, 10, 64); err == nil {
 		mid := t0.Add(t1.Sub(t0) / 2)
 		f.Skew = time.Unix(0, ns).Sub(mid)
 		if abs(f.Skew) > maxClockSkew+t1.Sub(t0)/2 {
@@ -214,19 +217,13 @@ func fsyncP99(out string) time.Duration {
 	}
 	sort.Slice(synced, func(i, j int) bool { return synced[i] < synced[j] })
 	sort.Slice(base, func(i, j int) bool { return base[i] < base[j] })
-	p99 := synced[(len(synced)*99)/100-boolInt(len(synced) >= 100)]
+	// Nearest rank: with 50 samples the 99th percentile is the slowest.
+	p99 := synced[(len(synced)*99+99)/100-1]
 	var med int64
 	if len(base) > 0 {
 		med = base[len(base)/2]
 	}
 	return time.Duration(max(p99-med, 0))
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func abs(d time.Duration) time.Duration {

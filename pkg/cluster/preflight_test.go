@@ -1,0 +1,82 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/remote/remotetest"
+)
+
+func TestFsyncP99SubtractsProcessCost(t *testing.T) {
+	var b strings.Builder
+	for i := 1; i <= 50; i++ {
+		fmt.Fprintf(&b, "s %d\n", 3_000_000+i*10_000) // 3.01 .. 3.5 ms
+	}
+	for i := 0; i < 10; i++ {
+		b.WriteString("b 1000000\n") // 1 ms to fork dd
+	}
+	if got, want := fsyncP99(b.String()), 2500*time.Microsecond; got != want {
+		t.Fatalf("p99 = %s, want %s", got, want)
+	}
+	if fsyncP99("garbage") != 0 {
+		t.Fatal("no samples must give 0")
+	}
+}
+
+func testInventory(t *testing.T) *inventory.Inventory {
+	t.Helper()
+	inv, err := inventory.Parse("inv.yaml", t.TempDir()+"/inv.yaml", []byte(`controlPlane:
+  - {name: c1, address: 10.240.0.11}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inv
+}
+
+func TestHostFacts(t *testing.T) {
+	now := time.Now().UnixNano()
+	cases := []struct {
+		name     string
+		facts    string
+		fsync    string
+		problems []string
+		warnings []string
+	}{
+		{"healthy", fmt.Sprintf("%d\nLinux\nx86_64\nsystemd\n73400320\nport 0.0.0.0:22 users:((\"sshd\",pid=1))\nport 10.240.0.11:2379 users:((\"etcd\",pid=9))\n", now),
+			"s 2000000\nb 1000000\n", nil, nil},
+		{"wrong arch, no systemd, port taken, slow disk, skewed clock",
+			fmt.Sprintf("%d\nLinux\naarch64\nno-systemd\n1024\nport *:6443 users:((\"nginx\",pid=7))\n", now+int64(10*time.Second)),
+			"s 50000000\nb 1000000\n",
+			[]string{"architecture aarch64", "systemd is not running", "only 1 MiB free", "port 6443 is taken by users:((\"nginx\"", "s off this machine's"},
+			[]string{"fsync p99 49ms"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := remotetest.New(t, "c1")
+			f.ExpectMatch(`^date \+%s%N\nuname -s`).Returns(c.facts)
+			f.ExpectMatch(`dd if=/dev/zero`).Returns(c.fsync)
+			cl := New(testInventory(t), Options{})
+			hf, err := cl.hostFacts(context.Background(), f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := func(kind string, got, want []string) {
+				if len(got) != len(want) {
+					t.Fatalf("%s: got %q, want %d matching %q", kind, got, len(want), want)
+				}
+				for i := range want {
+					if !strings.Contains(got[i], want[i]) {
+						t.Errorf("%s %d = %q, want it to contain %q", kind, i, got[i], want[i])
+					}
+				}
+			}
+			check("problems", hf.Problems, c.problems)
+			check("warnings", hf.Warnings, c.warnings)
+		})
+	}
+}
