@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,29 @@ func TestFlagsAgainstRealBinariesCatchesWrongFlags(t *testing.T) {
 	bogus := append(old, Flag{Name: "enable-v2", Value: "true"})
 	if probs := checkFlags(t, bin, Etcd, bogus); !strings.Contains(strings.Join(probs, "\n"), "rejects the rendered command line") {
 		t.Errorf("--enable-v2 against etcd %s: want a parse failure, got %q", mirrorEtcd, probs)
+	}
+}
+
+// The same for the apiserver: a removed flag fails the parse, a deprecated
+// one (hidden from --help by pflag) is reported missing.
+func TestFlagsAgainstRealAPIServerCatchesWrongFlags(t *testing.T) {
+	bin := realBinary(t, APIServer)
+	inv := newInventory(t, mirrorK8s, mirrorEtcd)
+	flags, err := Flags(inv, inv.ControlPlane[0], APIServer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		flag Flag
+		want string
+	}{
+		{Flag{Name: "kubelet-https", Value: "true"}, "rejects the rendered command line"},
+		{Flag{Name: "apiserver-count", Value: "3"}, "--apiserver-count is not in --help"},
+	} {
+		probs := strings.Join(checkFlags(t, bin, APIServer, append(slices.Clone(flags), tc.flag)), "\n")
+		if !strings.Contains(probs, tc.want) {
+			t.Errorf("--%s: want %q, got %q", tc.flag.Name, tc.want, probs)
+		}
 	}
 }
 
