@@ -33,8 +33,12 @@ const (
 	fsyncWarn      = 10 * time.Millisecond
 )
 
-// ports the control plane listens on, and the processes allowed to hold them.
-var ports = map[int]string{2379: "etcd", 2380: "etcd", 6443: "kube-apiserver", 10257: "kube-controller-", 10259: "kube-scheduler"}
+// ports the control plane listens on, and the process allowed to hold each
+// (as ss shows it: the kernel's comm, cut at 15 characters).
+var ports = map[int]struct{ comm, service string }{
+	2379: {"etcd", "etcd"}, 2380: {"etcd", "etcd"}, 6443: {"kube-apiserver", "kube-apiserver"},
+	10257: {"kube-controller", "kube-controller-manager"}, 10259: {"kube-scheduler", "kube-scheduler"},
+}
 
 // HostFacts is what preflight learned about a host.
 type HostFacts struct {
@@ -173,8 +177,8 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 		if len(fs) > 2 {
 			owner = fs[2]
 		}
-		if !strings.Contains(owner, `"`+want) {
-			f.Problems = append(f.Problems, fmt.Sprintf("port %d is taken by %s (hardway needs it for %s)", port, owner, strings.TrimSuffix(want, "-")))
+		if !strings.Contains(owner, `(("`+want.comm+`"`) {
+			f.Problems = append(f.Problems, fmt.Sprintf("port %d is taken by %s (hardway needs it for %s)", port, owner, want.service))
 		}
 	}
 	if ns, err := strconv.ParseInt(clock, 10, 64); err == nil {

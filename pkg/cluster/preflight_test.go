@@ -47,7 +47,7 @@ func TestHostFacts(t *testing.T) {
 		problems []string
 		warnings []string
 	}{
-		{"healthy", fmt.Sprintf("%d\nLinux\nx86_64\nsystemd\n73400320\nport 0.0.0.0:22 users:((\"sshd\",pid=1))\nport 10.240.0.11:2379 users:((\"etcd\",pid=9))\n", now),
+		{"healthy", fmt.Sprintf("%d\nLinux\nx86_64\nsystemd\n73400320\nport 0.0.0.0:22 users:((\"sshd\",pid=1))\nport 10.240.0.11:2379 users:((\"etcd\",pid=9))\nport *:10257 users:((\"kube-controller\",pid=10,fd=5))\n", now),
 			"s 2000000\nb 1000000\n", nil, nil},
 		{"wrong arch, no systemd, port taken, slow disk, skewed clock",
 			fmt.Sprintf("%d\nLinux\naarch64\nno-systemd\n1024\nport *:6443 users:((\"nginx\",pid=7))\n", now+int64(10*time.Second)),

@@ -1,0 +1,299 @@
+// Package e2e runs `hardway up` and `hardway verify` for real: three lab
+// hosts (systemd-nspawn containers booting systemd, with OpenSSH), the real
+// etcd and Kubernetes binaries from the release mirror built from source.
+// It needs root and the mirror (make mirror); a missing prerequisite fails.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hardway/hardway/internal/cli"
+	"github.com/hardway/hardway/pkg/lab"
+	"github.com/hardway/hardway/pkg/verify"
+)
+
+type env struct {
+	t        *testing.T
+	inv      string
+	cacheDir string
+	res      *lab.Result
+	mirror   string
+}
+
+func setup(t *testing.T, prefix, net string) *env {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("tests/e2e needs root (network namespaces, systemd-nspawn): run as root, as CI does")
+	}
+	mirror := os.Getenv("HARDWAY_MIRROR")
+	if mirror == "" {
+		mirror = "/var/tmp/hardway/mirror"
+	}
+	for _, p := range []string{"kubernetes/release/v1.36.3/bin/linux/amd64/kube-apiserver", "etcd/v3.6.16/SHA256SUMS"} {
+		if _, err := os.Stat(filepath.Join(mirror, p)); err != nil {
+			t.Fatalf("the release mirror lacks %s: run 'make mirror' (%v)", p, err)
+		}
+	}
+	dir := t.TempDir()
+	l, err := lab.New(lab.Config{Dir: dir, Prefix: prefix, Net: net, Mirror: mirror, Log: testLog{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Down(context.Background()); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	res, err := l.Up(t.Context())
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	return &env{t: t, inv: res.Inventory, cacheDir: filepath.Join(dir, "cache"), res: res, mirror: mirror}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) { l.t.Log(strings.TrimRight(string(p), "\n")); return len(p), nil }
+
+// hardway runs the CLI in-process and returns exit code, stdout, stderr.
+func (e *env) hardway(args ...string) (int, string, string) {
+	e.t.Helper()
+	args = append(args, "-i", e.inv)
+	if args[0] == "up" || args[0] == "verify" {
+		args = append(args, "--cache-dir", e.cacheDir)
+	}
+	var out, errb bytes.Buffer
+	start := time.Now()
+	code := cli.Main(context.Background(), args, &out, &errb)
+	e.t.Logf("hardway %s: exit %d in %s", strings.Join(args, " "), code, time.Since(start).Round(time.Millisecond))
+	return code, out.String(), errb.String()
+}
+
+func (e *env) mustUp(args ...string) string {
+	e.t.Helper()
+	code, out, errs := e.hardway(append([]string{"up"}, args...)...)
+	if code != 0 {
+		e.t.Fatalf("up %v: exit %d\n%s\n%s", args, code, out, errs)
+	}
+	return out
+}
+
+func (e *env) verify() *verify.Report {
+	e.t.Helper()
+	_, out, errs := e.hardway("verify", "-o", "json")
+	var r verify.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		e.t.Fatalf("verify -o json: %v\n%s\n%s", err, out, errs)
+	}
+	return &r
+}
+
+func failures(r *verify.Report) []string {
+	var out []string
+	for _, x := range r.Results {
+		if x.Status == verify.Fail {
+			out = append(out, fmt.Sprintf("%s %s: %s (hint: %s)", x.Check, x.Host, x.Message, x.Hint))
+		}
+	}
+	return out
+}
+
+// ssh runs a command on a lab host with the lab's own ssh_config.
+func (e *env) ssh(host, cmd string) (string, error) {
+	out, err := exec.Command("ssh", "-F", e.res.SSHConfig, host, cmd).CombinedOutput()
+	return string(out), err
+}
+
+// activeSince is every control-plane unit's ActiveEnterTimestamp on every host.
+func (e *env) activeSince() map[string]string {
+	e.t.Helper()
+	m := map[string]string{}
+	for _, h := range e.res.Hosts {
+		for _, u := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			out, err := e.ssh(h.Name, "systemctl show -p ActiveEnterTimestampMonotonic --value "+u)
+			if err != nil {
+				e.t.Fatalf("%s %s: %v %s", h.Name, u, err, out)
+			}
+			m[h.Name+"/"+u] = strings.TrimSpace(out)
+		}
+	}
+	return m
+}
+
+func TestControlPlane(t *testing.T) {
+	e := setup(t, "hwe", "10.240.7")
+
+	t.Run("fresh up then verify passes", func(t *testing.T) {
+		e.t = t
+		out := e.mustUp()
+		if !strings.Contains(out, "changes applied") {
+			t.Fatalf("first up applied nothing:\n%s", out)
+		}
+		if f := failures(e.verify()); len(f) > 0 {
+			t.Fatalf("verify after up:\n  %s", strings.Join(f, "\n  "))
+		}
+	})
+
+	t.Run("kubectl reaches the apiserver", func(t *testing.T) {
+		e.t = t
+		kubectl := filepath.Join(e.mirror, "kubernetes/release/v1.36.3/bin/linux/amd64/kubectl")
+		kc := filepath.Join(filepath.Dir(e.inv), ".hardway/kubeconfigs/admin.kubeconfig")
+		out, err := exec.Command(kubectl, "--kubeconfig", kc, "get", "--raw", "/readyz").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "ok" {
+			t.Fatalf("kubectl get --raw /readyz: %v %s", err, out)
+		}
+	})
+
+	t.Run("probe secret is encrypted in etcd", func(t *testing.T) {
+		e.t = t
+		out, err := e.ssh("controller-1", "ETCDCTL_API=3 etcdctl --endpoints https://127.0.0.1:2379 --cacert /etc/etcd/ca.crt "+
+			"--cert /var/lib/kubernetes/apiserver-etcd-client.crt --key /var/lib/kubernetes/apiserver-etcd-client.key "+
+			"get /registry/secrets/kube-system/hardway-encryption-probe --print-value-only | head -c 40")
+		if err != nil || !strings.HasPrefix(out, "k8s:enc:secretbox:v1:key1:") {
+			t.Fatalf("raw etcd value: %v %q", err, out)
+		}
+	})
+
+	t.Run("second up changes nothing and restarts nothing", func(t *testing.T) {
+		e.t = t
+		before := e.activeSince()
+		start := time.Now()
+		out := e.mustUp()
+		if !strings.Contains(out, "no changes") {
+			t.Fatalf("second up:\n%s", out)
+		}
+		t.Logf("no-op up took %s", time.Since(start).Round(time.Millisecond))
+		if after := e.activeSince(); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatalf("services restarted:\nbefore %v\nafter  %v", before, after)
+		}
+		if out := e.mustUp("--dry-run"); !strings.Contains(out, "no changes") {
+			t.Fatalf("dry run after up:\n%s", out)
+		}
+	})
+
+	t.Run("a changed apiserver setting restarts only the apiserver, host by host", func(t *testing.T) {
+		e.t = t
+		before := e.activeSince()
+		src, _ := os.ReadFile(e.inv)
+		changed := strings.Replace(string(src), "controlPlane:", "network:\n  apiServerEndpoint: 10.240.7.11:6443\n  clusterDomain: cluster.local\ncontrolPlane:", 1)
+		changed = strings.Replace(changed, "apiServerEndpoint: 10.240.7.11:6443", "apiServerEndpoint: k8s.lab.internal:6443", 1)
+		if err := os.WriteFile(e.inv, []byte(changed), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// A poller asks each apiserver in turn for /readyz all along.
+		var ok, bad atomic.Int32
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				anyReady := false
+				for _, h := range e.res.Hosts {
+					if out, err := e.ssh(h.Name, "curl -sk --max-time 2 https://127.0.0.1:6443/readyz"); err == nil && out == "ok" {
+						anyReady = true
+						break
+					}
+				}
+				if anyReady {
+					ok.Add(1)
+				} else {
+					bad.Add(1)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}()
+		dry := e.mustUp("--dry-run")
+		if !strings.Contains(dry, "kube-apiserver.crt") || strings.Contains(dry, "etcd.service") {
+			t.Errorf("dry run should plan only the apiserver certificate:\n%s", dry)
+		}
+		e.mustUp()
+		close(stop)
+		wg.Wait()
+		after := e.activeSince()
+		for k, v := range before {
+			restarted := after[k] != v
+			if strings.HasSuffix(k, "/kube-apiserver") != restarted {
+				t.Errorf("%s restarted=%v", k, restarted)
+			}
+		}
+		if bad.Load() > 0 || ok.Load() == 0 {
+			t.Errorf("no apiserver ready in %d of %d polls", bad.Load(), ok.Load()+bad.Load())
+		}
+		if err := os.WriteFile(e.inv, src, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a stopped etcd member fails exactly its checks and up repairs it", func(t *testing.T) {
+		e.t = t
+		if out, err := e.ssh("controller-2", "systemctl stop etcd"); err != nil {
+			t.Fatalf("stop etcd: %v %s", err, out)
+		}
+		r := e.verify()
+		for _, f := range failures(r) {
+			if !strings.Contains(f, "controller-2") && !strings.HasPrefix(f, "etcd/members") {
+				t.Errorf("unexpected failure with one member down: %s", f)
+			}
+		}
+		var sawHealth bool
+		for _, x := range r.Results {
+			if x.Check == "etcd/health" && x.Host == "controller-2" && x.Status == verify.Fail && x.Hint != "" {
+				sawHealth = true
+			}
+			if x.Check == "apiserver/readyz" && x.Host == "controller-1" && x.Status != verify.Pass {
+				t.Errorf("quorum lost? controller-1 apiserver: %s", x.Message)
+			}
+		}
+		if !sawHealth {
+			t.Errorf("verify did not fail etcd/health on controller-2:\n%v", failures(r))
+		}
+		e.mustUp()
+		if f := failures(e.verify()); len(f) > 0 {
+			t.Fatalf("verify after repair:\n  %s", strings.Join(f, "\n  "))
+		}
+	})
+
+	t.Run("a host reboot brings every service back", func(t *testing.T) {
+		e.t = t
+		e.ssh("controller-3", "systemctl reboot")
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			out, err := e.ssh("controller-3", "systemctl is-system-running --wait")
+			if err == nil || strings.Contains(out, "degraded") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("controller-3 did not come back: %v %s", err, out)
+			}
+			time.Sleep(2 * time.Second)
+		}
+		deadline = time.Now().Add(2 * time.Minute)
+		for {
+			f := failures(e.verify())
+			if len(f) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after reboot:\n  %s", strings.Join(f, "\n  "))
+			}
+			time.Sleep(3 * time.Second)
+		}
+	})
+}
