@@ -58,6 +58,7 @@ tag_time() { (cd "$WORK" && go mod download -json "$1") | json_field Info | xarg
 install_gomod() { local tmp="$1/go.mod.tmp"; cat > "$tmp"; mv -f "$tmp" "$1/go.mod"; }
 
 mkdir -p "$WORK" "$MIRROR"
+T0=$(date +%s)
 
 # ---------------------------------------------------------------- Kubernetes
 k8s_dir=$MIRROR/kubernetes/release/$K8S_VERSION/bin/$GOOS/$GOARCH
@@ -189,6 +190,6 @@ fi
 minor_line=${K8S_VERSION#v}; minor_line=${minor_line%.*}
 printf '%s' "$K8S_VERSION" | write_atomic "$MIRROR/kubernetes/release/stable-$minor_line.txt"
 
-log "mirror ready: $MIRROR"
+log "mirror ready in $(( $(date +%s) - T0 ))s: $MIRROR"
 echo "kubernetes file://$MIRROR/kubernetes"
 echo "etcd file://$MIRROR/etcd"
