@@ -106,6 +106,7 @@ Start with:
 		a.newFetchCmd(),
 		a.newRenderCmd(),
 		a.newLabCmd(),
+		a.newDaemonCmd(),
 	} {
 		root.AddCommand(c)
 	}

@@ -1,0 +1,202 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/journal"
+	"github.com/spf13/cobra"
+
+	"github.com/hardway/hardway/pkg/cluster"
+	"github.com/hardway/hardway/pkg/daemon"
+	"github.com/hardway/hardway/pkg/release"
+	"github.com/hardway/hardway/pkg/usererr"
+)
+
+type daemonOptions struct {
+	interval    time.Duration
+	listen      string
+	repair      bool
+	timeout     time.Duration
+	stopTimeout time.Duration
+	cacheDir    string
+}
+
+func (o *daemonOptions) flags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.DurationVar(&o.interval, "interval", 60*time.Second, "time between the starts of two runs")
+	f.StringVar(&o.listen, "listen", daemon.DefaultListen, "address of /metrics and /healthz")
+	f.BoolVar(&o.repair, "repair", false, "re-push drifted files and start failed units, one host at a time")
+	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "time limit per check")
+	f.DurationVar(&o.stopTimeout, "stop-timeout", 20*time.Second, "on SIGTERM, how long a run in progress may finish before it is cancelled")
+	f.StringVar(&o.cacheDir, "cache-dir", "", "download cache to compare binaries against (default $XDG_CACHE_HOME/hardway); never written")
+}
+
+func (o *daemonOptions) cache() (string, error) {
+	if o.cacheDir != "" {
+		return filepath.Abs(o.cacheDir)
+	}
+	return release.DefaultCacheDir()
+}
+
+func (a *App) newDaemonCmd() *cobra.Command {
+	var o daemonOptions
+	cmd := &cobra.Command{
+		Use:   "daemon",
+		Short: "Keep verifying the cluster; tell systemd and Prometheus",
+		Long: `daemon runs the checks of 'hardway verify' every --interval (never two runs
+at once) and logs only what changes: a check that starts failing, with its
+hint, and one that passes again. It serves Prometheus metrics on /metrics:
+
+  hardway_check_status{check,host}            0 pass, 1 warn, 2 fail
+  hardway_certificate_expiry_seconds{name,kind}
+  hardway_etcd_member_healthy{member}, hardway_etcd_member_leader{member}
+  hardway_run_duration_seconds, hardway_runs_total, hardway_repairs_total
+
+and /healthz (200 once a run finished). The address is loopback unless
+--listen says otherwise: the metrics name every host and certificate.
+
+Under systemd (see 'hardway daemon unit') it reports READY=1 after the first
+run, a one-line STATUS=, WATCHDOG=1 while its loop is alive (a run stuck for
+10 minutes stops the pings, so systemd restarts it), and STOPPING=1 on
+SIGTERM. SIGHUP reloads the inventory; an invalid one is refused and the
+previous one kept.
+
+With --repair, a host whose files drifted or whose units are not running is
+converged by the push, etcd and control-plane steps of 'hardway up', one
+host at a time. Certificates, RBAC and etcd membership are never touched.
+The daemon never downloads: binaries are compared against the cache.`,
+		Example: `  hardway daemon -i inventory.yaml
+  hardway daemon -i inventory.yaml --interval 30s --repair
+  curl -s 127.0.0.1:9479/metrics | grep hardway_check_status`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cacheDir, err := o.cache()
+			if err != nil {
+				return err
+			}
+			load := func() (daemon.Target, error) {
+				inv, err := a.loadInventory()
+				if err != nil {
+					return nil, err
+				}
+				st := a.stateDir(inv)
+				if fi, err := os.Stat(string(st)); err != nil || !fi.IsDir() {
+					return nil, usererr.New(fmt.Errorf("daemon: no state directory %s", st), "run 'hardway up' first, or pass --state")
+				}
+				ro := release.OptionsFor(inv)
+				ro.CacheDir, ro.Offline = cacheDir, true
+				return daemon.NewClusterTarget(inv, cluster.Options{State: st, Release: ro}), nil
+			}
+			journaled := false
+			if f, ok := a.Stderr.(*os.File); ok && f == os.Stderr {
+				journaled, _ = journal.StderrIsJournalStream()
+			}
+			d := daemon.New(daemon.Config{
+				Load: load, Interval: o.interval, CheckTimeout: o.timeout, Repair: o.repair,
+				StopTimeout: o.stopTimeout, Listen: o.listen, Log: a.Stderr, Journal: journaled,
+			})
+			return d.Run(cmd.Context())
+		},
+	}
+	o.flags(cmd)
+	cmd.AddCommand(a.newDaemonUnitCmd())
+	return cmd
+}
+
+func (a *App) newDaemonUnitCmd() *cobra.Command {
+	var o daemonOptions
+	var binary, userName string
+	var watchdog time.Duration
+	cmd := &cobra.Command{
+		Use:   "unit",
+		Short: "Print the systemd unit that runs the daemon",
+		Long: `Print a Type=notify unit for 'hardway daemon' with the inventory, state
+directory and cache as absolute paths. It is sandboxed: read-only system and
+home, a private /tmp, no capabilities, and the state directory as the only
+writable path. It passes 'systemd-analyze verify'.
+
+It runs as the owner of the state directory (--user to change): the daemon
+needs to read the PKI, the SSH key and known_hosts named in the inventory.
+The SSH key must not need a passphrase: there is no agent under systemd.`,
+		Example: `  hardway daemon unit -i inventory.yaml > /etc/systemd/system/hardway-daemon.service
+  systemctl daemon-reload && systemctl enable --now hardway-daemon
+  systemctl status hardway-daemon     # STATUS: 41 pass, 0 warn, 0 fail in 2.1s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			inv, err := a.loadInventory()
+			if err != nil {
+				return err
+			}
+			invPath, err := filepath.Abs(a.InventoryPath)
+			if err != nil {
+				return err
+			}
+			st, err := filepath.Abs(string(a.stateDir(inv)))
+			if err != nil {
+				return err
+			}
+			cacheDir, err := o.cache()
+			if err != nil {
+				return err
+			}
+			if binary == "" {
+				if binary, err = os.Executable(); err != nil {
+					return err
+				}
+				if r, err := filepath.EvalSymlinks(binary); err == nil {
+					binary = r
+				}
+			}
+			if !filepath.IsAbs(binary) {
+				return usageError{errors.New("--binary must be an absolute path")}
+			}
+			if !cmd.Flags().Changed("user") {
+				userName = ownerOf(st)
+			}
+			args := []string{"-i", invPath, "--state", st, "--cache-dir", cacheDir,
+				"--interval", o.interval.String(), "--listen", o.listen, "--timeout", o.timeout.String(),
+				"--stop-timeout", o.stopTimeout.String()}
+			if o.repair {
+				args = append(args, "--repair")
+			}
+			u, err := daemon.Unit(daemon.UnitConfig{
+				Binary: binary, Args: args, StateDir: st, User: userName, Cluster: inv.Cluster,
+				Watchdog: watchdog, StopAfter: 2*o.stopTimeout + 10*time.Second,
+			})
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprint(a.Stdout, u)
+			return err
+		},
+	}
+	o.flags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&binary, "binary", "", "absolute path of hardway on the machine that runs the unit (default: this binary)")
+	f.StringVar(&userName, "user", "", "User= of the service (default: the owner of the state directory; root: none)")
+	f.DurationVar(&watchdog, "watchdog", 60*time.Second, "WatchdogSec=: the loop pings every half of it")
+	return cmd
+}
+
+// ownerOf is the user name owning path, or "" for root or when unknown.
+func ownerOf(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	s, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || s.Uid == 0 {
+		return ""
+	}
+	if u, err := user.LookupId(strconv.Itoa(int(s.Uid))); err == nil {
+		return u.Username
+	}
+	return strconv.Itoa(int(s.Uid))
+}

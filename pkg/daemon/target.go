@@ -1,0 +1,135 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hardway/hardway/pkg/cluster"
+	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/pki"
+	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/state"
+	"github.com/hardway/hardway/pkg/verify"
+)
+
+// RepairSteps are the steps of `hardway up` a repair runs: what re-pushes
+// files and (re)starts units. Never preflight, pki or rbac: a daemon does
+// not reissue certificates or touch the API behind the user's back.
+var RepairSteps = []string{"fetch", "render", "push", "etcd", "control-plane"}
+
+// ClusterTarget is the Target of a real inventory.
+type ClusterTarget struct {
+	inv   *inventory.Inventory
+	state state.Dir
+	c     *cluster.Cluster
+	out   *sink
+}
+
+// sink is the cluster's progress writer: the log of the repair in
+// progress, nothing otherwise.
+type sink struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *sink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w == nil {
+		return len(p), nil
+	}
+	return s.w.Write(p)
+}
+
+func (s *sink) set(w io.Writer) {
+	s.mu.Lock()
+	s.w = w
+	s.mu.Unlock()
+}
+
+// NewClusterTarget wraps cluster.New. The release options should be
+// offline: a daemon compares against the cache, it never downloads.
+func NewClusterTarget(inv *inventory.Inventory, opt cluster.Options) *ClusterTarget {
+	out := &sink{}
+	opt.Out = out
+	return &ClusterTarget{inv: inv, state: opt.State, c: cluster.New(inv, opt), out: out}
+}
+
+func (t *ClusterTarget) Checks() []verify.Check { return t.c.Checks() }
+
+func (t *ClusterTarget) Certificates(now time.Time) []Certificate {
+	var out []Certificate
+	seen := map[string]bool{}
+	for _, r := range pki.Check(t.inv, t.state, now) {
+		if r.NotAfter.IsZero() || seen[r.Kind+"/"+r.Name] {
+			continue
+		}
+		seen[r.Kind+"/"+r.Name] = true
+		out = append(out, Certificate{Name: r.Name, Kind: r.Kind, NotAfter: r.NotAfter})
+	}
+	return out
+}
+
+func (t *ClusterTarget) EtcdStatus(ctx context.Context) ([]EtcdMember, error) {
+	ms, err := t.c.EtcdStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]EtcdMember, len(ms))
+	for i, m := range ms {
+		out[i] = EtcdMember{Name: m.Name, Reachable: m.Reachable, Leader: m.Leader, DBSize: m.DBSize}
+	}
+	return out, nil
+}
+
+// EndRun closes the SSH connections; the cluster keeps the rendered
+// manifests and the resolved release set, so the next run only re-dials.
+func (t *ClusterTarget) EndRun() { t.c.Close() }
+
+func (t *ClusterTarget) Close() { t.c.Close() }
+
+// Repair runs the repair steps of `hardway up` with every action limited to
+// host (and the cluster-wide waits that follow them).
+func (t *ClusterTarget) Repair(ctx context.Context, host string, out io.Writer) (int, error) {
+	t.out.set(out)
+	defer t.out.set(nil)
+	r := &plan.Runner{Out: out, Only: RepairSteps}
+	res, err := r.Run(ctx, ForHost(t.c.Steps(), host))
+	n := 0
+	if res != nil {
+		n = res.Changes()
+	}
+	return n, err
+}
+
+// ForHost wraps steps so that they plan only host's actions and the
+// cluster-wide ones (waits, checks), and never an etcd membership change:
+// adding or replacing a member is for `hardway up`, with a person watching.
+func ForHost(steps []plan.Step, host string) []plan.Step {
+	out := make([]plan.Step, len(steps))
+	for i, s := range steps {
+		p := s.Plan
+		s.Plan = func(ctx context.Context) ([]plan.Action, error) {
+			as, err := p(ctx)
+			if err != nil {
+				return nil, err
+			}
+			var keep []plan.Action
+			for _, a := range as {
+				if (a.Host == host || a.Host == "") && !membershipChange(a) {
+					keep = append(keep, a)
+				}
+			}
+			return keep, nil
+		}
+		out[i] = s
+	}
+	return out
+}
+
+func membershipChange(a plan.Action) bool {
+	return strings.HasPrefix(a.Desc, "join etcd") || strings.HasPrefix(a.Desc, "replace etcd member")
+}
