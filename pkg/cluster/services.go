@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -155,6 +156,12 @@ func poll(ctx context.Context, every time.Duration, fn func(ctx context.Context)
 // --- etcd --------------------------------------------------------------
 
 func (c *Cluster) planEtcd(ctx context.Context) ([]plan.Action, error) {
+	joins, err := c.planJoins(ctx)
+	if err != nil || len(joins) > 0 {
+		// Replacement members first; the rest is planned by the next run
+		// (or the next step of this one) against the healed cluster.
+		return joins, err
+	}
 	var starts, restarts []plan.Action
 	for _, h := range c.Inv.ControlPlane {
 		// A member that is down must be started without blocking: on a new
@@ -188,6 +195,118 @@ func (c *Cluster) planEtcd(ctx context.Context) ([]plan.Action, error) {
 		if err := c.checkMembers(ctx); err != nil {
 			return nil, err
 		}
+	}
+	return actions, nil
+}
+
+// etcdHasData reports whether the host's etcd data dir holds a member.
+func etcdHasData(ctx context.Context, sh remote.Host) (bool, error) {
+	out, err := sh.Run(ctx, "if [ -d "+units.EtcdDataDir+"/member ]; then echo yes; else echo no; fi", nil)
+	return strings.TrimSpace(string(out)) == "yes", err
+}
+
+// planJoins finds hosts that must join the running cluster as new members:
+// their data dir is empty (a rebuilt or replaced host) while other members
+// hold the cluster's data. Such a host cannot bootstrap with
+// --initial-cluster-state new (etcd refuses: the member ID exists); it must
+// be added with 'member add' and start with "existing". Its old member entry
+// is removed first — only with --remove-stale-members, as it shrinks the
+// cluster for a moment.
+func (c *Cluster) planJoins(ctx context.Context) ([]plan.Action, error) {
+	var empty []inventory.Host
+	withData := 0
+	for _, h := range c.Inv.ControlPlane {
+		sh, err := c.Host(ctx, h.Name)
+		if err != nil {
+			return nil, err
+		}
+		has, err := etcdHasData(ctx, sh)
+		if err != nil {
+			return nil, err
+		}
+		st, err := queryUnit(ctx, sh, "etcd.service")
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case has:
+			withData++
+		case !st.Active:
+			empty = append(empty, h)
+		}
+	}
+	if withData == 0 || len(empty) == 0 {
+		return nil, nil // a new cluster, or nothing to replace
+	}
+	cli, err := c.Etcd()
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ms, err := cli.Members(mctx)
+	if err != nil {
+		return nil, usererr.New(fmt.Errorf("%d member(s) need to join, but the cluster does not answer: %w", len(empty), err),
+			"start the members that hold data first (a quorum is needed to add members)")
+	}
+	var actions []plan.Action
+	for _, h := range empty {
+		peer := "https://" + net.JoinHostPort(h.IP(), strconv.Itoa(units.EtcdPeerPort))
+		var old []etcd.Member
+		for _, m := range ms {
+			if m.Name == h.Name || slices.Contains(m.PeerURLs, peer) {
+				old = append(old, m)
+			}
+		}
+		if len(old) > 0 && !c.opt.RemoveStaleMembers {
+			return nil, usererr.New(fmt.Errorf("etcd on %s has no data but the cluster still lists it as member %s: the host was rebuilt", h.Name, old[0].IDHex()),
+				fmt.Sprintf("let hardway replace it: hardway up --remove-stale-members\nor by hand, on a healthy member: %s member remove %s\nthen run 'hardway up' again", etcdctlCmd, old[0].IDHex()))
+		}
+		sh, err := c.Host(ctx, h.Name)
+		if err != nil {
+			return nil, err
+		}
+		desc := fmt.Sprintf("join etcd as a new member (%s)", peer)
+		if len(old) > 0 {
+			desc = fmt.Sprintf("replace etcd member %s: remove old member %s, add %s, start with --initial-cluster-state existing", h.Name, old[0].IDHex(), peer)
+		}
+		actions = append(actions, plan.Action{Host: h.Name, Desc: desc, Do: func(ctx context.Context) error {
+			cli, err := c.Etcd()
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			for _, m := range old {
+				if err := cli.RemoveMember(ctx, m.ID); err != nil {
+					return err
+				}
+			}
+			if err := poll(ctx, time.Second, func(ctx context.Context) error { _, err := cli.AddMember(ctx, peer); return err }); err != nil {
+				return err
+			}
+			env := "# Written by hardway up when this host joined the existing etcd cluster as a\n" +
+				"# replacement member. etcd ignores it once " + units.EtcdDataDir + " holds data.\n" +
+				"ETCD_INITIAL_CLUSTER_STATE=existing\n"
+			if _, err := remote.WriteFile(ctx, sh, remote.File{Path: units.EtcdJoinEnv, Mode: 0o644, Data: []byte(env)}); err != nil {
+				return err
+			}
+			if err := remote.DaemonReload(ctx, sh); err != nil {
+				return err
+			}
+			if err := remote.Enable(ctx, sh, "etcd.service"); err != nil {
+				return err
+			}
+			if err := remote.Start(ctx, sh, "etcd.service"); err != nil {
+				return withJournal(ctx, sh, "etcd.service", err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, c.opt.ServiceTimeout)
+			defer cancel()
+			if err := c.etcdHealthy(wctx, h); err != nil {
+				return withJournal(ctx, sh, "etcd.service", err)
+			}
+			return clearRestart(ctx, sh, units.Etcd)
+		}})
 	}
 	return actions, nil
 }

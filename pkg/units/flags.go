@@ -148,7 +148,6 @@ func etcdFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		{"", "initial-advertise-peer-urls", etcdPeerURL(h), "the URL the other members use to reach this one"},
 		{"", "listen-peer-urls", etcdPeerURL(h), "serve Raft traffic from the other members"},
 		{"", "initial-cluster", strings.Join(cluster, ","), "every control-plane host is a member, over https"},
-		{"", "initial-cluster-state", "new", "bootstrap a new cluster; ignored once the data dir holds a member"},
 		{"", "initial-cluster-token", inv.Cluster, "keeps members of another cluster on the same network from joining this one"},
 		{"", "cert-file", EtcdServerCert, "serving certificate for clients (etcd-server-" + h.Name + ")"},
 		{"", "key-file", EtcdServerKey, "key of the serving certificate"},

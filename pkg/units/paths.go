@@ -38,6 +38,13 @@ const (
 	SchedulerConfig       = ConfigDir + "/kube-scheduler.yaml"
 	AuditLog              = AuditLogDir + "/audit.log"
 
+	// EtcdJoinEnv is written by 'hardway up' only on a host that joins an
+	// existing cluster as a replacement member: it sets
+	// ETCD_INITIAL_CLUSTER_STATE=existing. The unit reads it if present (no
+	// --initial-cluster-state flag, so the default "new" bootstraps a fresh
+	// cluster); etcd ignores it once the data dir holds a member.
+	EtcdJoinEnv = EtcdDir + "/join.env"
+
 	EtcdCACert     = EtcdDir + "/ca.crt"
 	EtcdServerCert = EtcdDir + "/etcd-server.crt" // from etcd-server-<host>.crt
 	EtcdServerKey  = EtcdDir + "/etcd-server.key"

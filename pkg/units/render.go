@@ -30,6 +30,8 @@ type unitData struct {
 	ExecStart     string
 	Args          []string
 	LimitNOFILE   int
+	// EnvironmentFile is read if it exists ("-" prefix): see EtcdJoinEnv.
+	EnvironmentFile string
 }
 
 // unitSpec is everything but the flags of a component's unit.
@@ -38,7 +40,7 @@ func unitSpec(component string) unitData {
 	case Etcd:
 		return unitData{Description: "etcd key-value store", Documentation: "https://etcd.io/docs/",
 			After: []string{"network-online.target"}, Wants: []string{"network-online.target"},
-			Type: "notify", LimitNOFILE: 65536}
+			Type: "notify", LimitNOFILE: 65536, EnvironmentFile: "-" + EtcdJoinEnv}
 	case APIServer:
 		// The apiserver reports READY=1 once its listeners are up and its
 		// post-start hooks ran, so 'systemctl start' waits for it.

@@ -157,7 +157,7 @@ func TestControlPlane(t *testing.T) {
 
 	t.Run("probe secret is encrypted in etcd", func(t *testing.T) {
 		e.t = t
-		out, err := e.ssh("controller-1", "ETCDCTL_API=3 etcdctl --endpoints https://127.0.0.1:2379 --cacert /etc/etcd/ca.crt "+
+		out, err := e.ssh("controller-1", "etcdctl --endpoints https://127.0.0.1:2379 --cacert /etc/etcd/ca.crt "+
 			"--cert /var/lib/kubernetes/apiserver-etcd-client.crt --key /var/lib/kubernetes/apiserver-etcd-client.key "+
 			"get /registry/secrets/kube-system/hardway-encryption-probe --print-value-only | head -c 40")
 		if err != nil || !strings.HasPrefix(out, "k8s:enc:secretbox:v1:key1:") {
@@ -186,8 +186,7 @@ func TestControlPlane(t *testing.T) {
 		e.t = t
 		before := e.activeSince()
 		src, _ := os.ReadFile(e.inv)
-		changed := strings.Replace(string(src), "controlPlane:", "network:\n  apiServerEndpoint: 10.240.7.11:6443\n  clusterDomain: cluster.local\ncontrolPlane:", 1)
-		changed = strings.Replace(changed, "apiServerEndpoint: 10.240.7.11:6443", "apiServerEndpoint: k8s.lab.internal:6443", 1)
+		changed := strings.Replace(string(src), "controlPlane:", "network:\n  apiServerEndpoint: k8s.lab.internal:6443\ncontrolPlane:", 1)
 		if err := os.WriteFile(e.inv, []byte(changed), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -220,25 +219,48 @@ func TestControlPlane(t *testing.T) {
 			}
 		}()
 		dry := e.mustUp("--dry-run")
-		if !strings.Contains(dry, "kube-apiserver.crt") || strings.Contains(dry, "etcd.service") {
+		if !strings.Contains(dry, "kube-apiserver (does not cover the inventory: missing k8s.lab.internal)") || strings.Contains(dry, "etcd.service") {
 			t.Errorf("dry run should plan only the apiserver certificate:\n%s", dry)
 		}
-		e.mustUp()
+		out := e.mustUp()
 		close(stop)
 		wg.Wait()
+		// hardway restarts exactly the apiservers, one per host, in order.
+		var restarts []string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "restart") && strings.HasPrefix(l, "[") {
+				restarts = append(restarts, l)
+			}
+		}
+		want := []string{
+			"[control-plane] controller-1: kube-apiserver: restart (files changed)",
+			"[control-plane] controller-2: kube-apiserver: restart (files changed)",
+			"[control-plane] controller-3: kube-apiserver: restart (files changed)",
+		}
+		if strings.Join(restarts, "\n") != strings.Join(want, "\n") {
+			t.Errorf("restarts:\n%s\nwant:\n%s", strings.Join(restarts, "\n"), strings.Join(want, "\n"))
+		}
 		after := e.activeSince()
 		for k, v := range before {
 			restarted := after[k] != v
-			if strings.HasSuffix(k, "/kube-apiserver") != restarted {
-				t.Errorf("%s restarted=%v", k, restarted)
+			switch {
+			case strings.HasSuffix(k, "/kube-apiserver") && !restarted:
+				t.Errorf("%s was not restarted", k)
+			case strings.HasSuffix(k, "/etcd") && restarted:
+				t.Errorf("%s was restarted", k)
+			case restarted && !strings.HasSuffix(k, "/kube-apiserver"):
+				// A controller-manager or scheduler that held the leader
+				// lease exits when its local apiserver is away longer than
+				// the renew deadline; systemd starts it again. Not hardway's
+				// doing, but worth seeing in the log.
+				t.Logf("%s restarted by itself (leader lease lost while its apiserver restarted)", k)
 			}
 		}
 		if bad.Load() > 0 || ok.Load() == 0 {
 			t.Errorf("no apiserver ready in %d of %d polls", bad.Load(), ok.Load()+bad.Load())
 		}
-		if err := os.WriteFile(e.inv, src, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		// The inventory keeps the new endpoint: going back would reissue the
+		// certificate and restart the apiservers once more, proving nothing new.
 	})
 
 	t.Run("a stopped etcd member fails exactly its checks and up repairs it", func(t *testing.T) {
@@ -267,6 +289,39 @@ func TestControlPlane(t *testing.T) {
 		e.mustUp()
 		if f := failures(e.verify()); len(f) > 0 {
 			t.Fatalf("verify after repair:\n  %s", strings.Join(f, "\n  "))
+		}
+	})
+
+	t.Run("a rebuilt host is refused, then accepted and its etcd member replaced", func(t *testing.T) {
+		e.t = t
+		rebuild := `systemctl disable --now kube-scheduler kube-controller-manager kube-apiserver etcd
+rm -rf /var/lib/etcd /etc/etcd /var/lib/kubernetes /var/lib/hardway /etc/kubernetes /usr/local/bin/* /etc/systemd/system/etcd.service /etc/systemd/system/kube-*.service
+systemctl daemon-reload
+rm -f /etc/ssh/ssh_host_*
+ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key
+systemctl restart ssh`
+		if out, err := e.ssh("controller-3", rebuild); err != nil {
+			t.Fatalf("rebuild: %v %s", err, out)
+		}
+		code, _, errs := e.hardway("up")
+		if code == 0 || !strings.Contains(errs, "host key mismatch") || !strings.Contains(errs, "ssh-keygen") {
+			t.Fatalf("up against a changed host key: exit %d\n%s", code, errs)
+		}
+		// What the hint tells the user to do.
+		if out, err := exec.Command("ssh-keygen", "-f", e.res.KnownHosts, "-R", "10.240.7.13").CombinedOutput(); err != nil {
+			t.Fatalf("ssh-keygen -R: %v %s", err, out)
+		}
+		code, _, errs = e.hardway("up", "--accept-new-host-keys")
+		if code == 0 || !strings.Contains(errs, "--remove-stale-members") || !strings.Contains(errs, "member remove") {
+			t.Fatalf("up with a stale member: exit %d\n%s", code, errs)
+		}
+		out := e.mustUp("--remove-stale-members")
+		if !strings.Contains(out, "replace etcd member controller-3") {
+			t.Errorf("no member replacement in:\n%s", out)
+		}
+		e.mustUp() // converges what the join left (restarts that depended on it)
+		if f := failures(e.verify()); len(f) > 0 {
+			t.Fatalf("verify after the replacement:\n  %s", strings.Join(f, "\n  "))
 		}
 	})
 
