@@ -64,7 +64,10 @@ func setup(t *testing.T, prefix, net string) *env {
 
 type testLog struct{ t *testing.T }
 
-func (l testLog) Write(p []byte) (int, error) { l.t.Log(strings.TrimRight(string(p), "\n")); return len(p), nil }
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
 
 // hardway runs the CLI in-process and returns exit code, stdout, stderr.
 func (e *env) hardway(args ...string) (int, string, string) {
