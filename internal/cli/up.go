@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -126,6 +127,24 @@ func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir,
 		default:
 			fmt.Fprintf(out, "  %-14s %d change(s)  %s\n", s.Name, len(s.Actions), s.Duration.Round(time.Millisecond))
 		}
+	}
+	perHost := map[string]int{}
+	var hosts []string
+	for _, s := range res.Steps {
+		for _, a := range s.Actions {
+			h := a.Host
+			if h == "" {
+				h = "(this machine)"
+			}
+			if perHost[h] == 0 {
+				hosts = append(hosts, h)
+			}
+			perHost[h]++
+		}
+	}
+	sort.Strings(hosts)
+	for _, h := range hosts {
+		fmt.Fprintf(out, "  %-14s %d change(s)\n", h, perHost[h])
 	}
 	switch {
 	case res.Changes() == 0:

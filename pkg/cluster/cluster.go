@@ -50,6 +50,9 @@ type Cluster struct {
 	hosts     map[string]*remote.SSHHost
 	set       *release.Set
 	manifests map[string]*units.Manifest
+	// willRestart is what push planned to mark for restart, per host: a dry
+	// run shows the restarts it implies although no marker was written.
+	willRestart map[string]map[string]bool
 }
 
 // New returns a Cluster; nothing is connected until a step needs it.

@@ -81,6 +81,11 @@ func (c *Cluster) serviceActions(ctx context.Context, h inventory.Host, comp str
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	for comp := range c.willRestart[h.Name] {
+		pending[comp] = true
+	}
+	c.mu.Unlock()
 	var steps []string
 	if st.NeedReload {
 		steps = append(steps, "daemon-reload")

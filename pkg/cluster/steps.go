@@ -198,6 +198,7 @@ func (c *Cluster) planPush(ctx context.Context) ([]plan.Action, error) {
 				continue
 			}
 			f, mf := files[i], m.Files[i]
+			c.planRestart(h.Name, mf.Components)
 			desc := fmt.Sprintf("write %s (%04o, %s)", f.Path, f.Mode.Perm(), r.Why)
 			diff := ""
 			if mf.Content != nil && r.Content && r.Why != "missing" {
@@ -246,6 +247,20 @@ func (c *Cluster) ensureDirs(ctx context.Context, sh remote.Host, m *units.Manif
 			}})
 	}
 	return nil
+}
+
+func (c *Cluster) planRestart(host string, comps []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.willRestart == nil {
+		c.willRestart = map[string]map[string]bool{}
+	}
+	if c.willRestart[host] == nil {
+		c.willRestart[host] = map[string]bool{}
+	}
+	for _, comp := range comps {
+		c.willRestart[host][comp] = true
+	}
 }
 
 func (c *Cluster) markRestart(ctx context.Context, sh remote.Host, comps []string) error {

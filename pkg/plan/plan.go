@@ -40,10 +40,16 @@ type Runner struct {
 	Now    func() time.Time
 }
 
+// Done is one action planned or taken.
+type Done struct {
+	Host string `json:"host,omitempty"` // "" for this machine
+	Desc string `json:"desc"`
+}
+
 // StepResult is what one step did.
 type StepResult struct {
 	Name     string        `json:"name"`
-	Actions  []string      `json:"actions"` // "host: desc"
+	Actions  []Done        `json:"actions"`
 	Skipped  bool          `json:"skipped,omitempty"`
 	Duration time.Duration `json:"duration"`
 }
@@ -109,7 +115,7 @@ func (r *Runner) Run(ctx context.Context, steps []Step) (*Result, error) {
 			if a.Host != "" {
 				line = a.Host + ": " + a.Desc
 			}
-			sr.Actions = append(sr.Actions, line)
+			sr.Actions = append(sr.Actions, Done{Host: a.Host, Desc: a.Desc})
 			if r.DryRun {
 				fmt.Fprintf(r.Out, "[%s] would %s\n", s.Name, line)
 				if a.Diff != "" {
