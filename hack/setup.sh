@@ -19,6 +19,7 @@ declare -A pkgs=(
   [sha512sum]=coreutils
   [tar]=tar
   [sudo]=sudo                      # pkg/remote tests: sudo -n for a non-root user
+  [/usr/bin/time]=time            # GNU time -v: peak RSS in hack/bench-up.sh
 )
 need=()
 for cmd in "${!pkgs[@]}"; do

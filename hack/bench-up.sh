@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# hack/bench-up.sh: the figures of issue 7, side by side in one run, as root.
+#
+#   1. cold `hardway up` on three fresh lab hosts from a warm download cache,
+#      timed until `hardway verify` passes; hardway's peak RSS for up and verify
+#   2. a no-op `hardway up` (must say "no changes")
+#   3. the baseline: the same control plane "the tutorial's way" on three fresh
+#      lab hosts: a plain shell script (written to WORK/baseline.sh, read it)
+#      that copies every file of `hardway render`'s manifests with scp, host by
+#      host, and runs the systemctl commands, timed until `hardway verify` passes
+#
+# The baseline uses the same inventory, the same state directory (certificates,
+# kubeconfigs, encryption config) and the same cached binaries, so the two
+# control planes are byte for byte the same; the baseline is not charged for
+# making certificates (hardway's cold up is: its pki step is printed apart).
+# It copies each host's files with ONE scp -r (the most favourable way to do
+# it by hand), so the ratio is conservative.
+#
+# Uses its own lab (prefix hwb, 10.240.6.0/24 unless PREFIX/NET say otherwise)
+# and always takes it down. KEEP=1 keeps the work directory (logs, outputs).
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+HW=${HW:-$top/bin/hardway}
+PREFIX=${PREFIX:-hwb}
+NET=${NET:-10.240.6}
+VERIFY_DEADLINE=${VERIFY_DEADLINE:-900} # seconds of verify retries before giving up
+
+[ "$(id -u)" = 0 ] || { echo "bench-up: needs root (lab hosts): sudo $0" >&2; exit 1; }
+[ -x "$HW" ] || { echo "bench-up: $HW not built: make build" >&2; exit 1; }
+bash "$top/hack/setup.sh" # /usr/bin/time (GNU time) for the peak RSS, ssh/scp
+
+work=$(mktemp -d /var/tmp/hardway-bench-up.XXXXXX)
+lab_is_ours=0
+cleanup() {
+  local rc=$?
+  if [ $lab_is_ours = 1 ]; then "$HW" lab down --prefix "$PREFIX" >/dev/null 2>&1 || echo "bench-up: lab down --prefix $PREFIX failed" >&2; fi
+  if [ $rc -ne 0 ] || [ "${KEEP:-0}" = 1 ]; then echo "bench-up: outputs kept in $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if "$HW" lab status --prefix "$PREFIX" -o json 2>/dev/null | grep -q '"up": true'; then
+  echo "bench-up: a lab with prefix $PREFIX is already up; take it down first (hardway lab down --prefix $PREFIX) or set PREFIX" >&2
+  exit 1
+fi
+
+state=$work/state
+cache=$work/cache
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+log() { echo "[bench] $*" >&2; }
+rss_mib() { awk -F': ' '/Maximum resident set size/ { printf "%.0f", $2 / 1024 }' "$1"; }
+
+# lab_up DIR: three fresh hosts; the inventory is DIR/inventory.yaml
+lab_up() {
+  lab_is_ours=1
+  "$HW" lab up --dir "$1" --prefix "$PREFIX" --net "$NET" >"$1.lab-up.log" 2>&1 || { cat "$1.lab-up.log" >&2; return 1; }
+}
+lab_down() {
+  "$HW" lab down --prefix "$PREFIX" >/dev/null
+  lab_is_ours=0
+}
+
+# verify_until_pass INV NAME: verify until it passes; the last run's
+# /usr/bin/time -v report is left in $work/NAME.verify.time
+verify_until_pass() {
+  local inv=$1 name=$2 n=0 deadline
+  deadline=$(( $(date +%s) + VERIFY_DEADLINE ))
+  while :; do
+    n=$((n + 1))
+    if /usr/bin/time -v -o "$work/$name.verify.time" \
+      "$HW" verify -i "$inv" --state "$state" --cache-dir "$cache" >"$work/$name.verify.out" 2>&1; then
+      log "$name: verify passed (run $n)"
+      return 0
+    fi
+    if [ "$(date +%s)" -ge $deadline ]; then
+      echo "bench-up: $name: verify still failing after ${VERIFY_DEADLINE}s:" >&2
+      grep -E '^(FAIL|WARN)' "$work/$name.verify.out" >&2 || tail -20 "$work/$name.verify.out" >&2
+      return 1
+    fi
+    sleep 2
+  done
+}
+
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --- 1. cold hardway up from a warm cache ------------------------------------
+log "lab up ($PREFIX, $NET.0/24)"
+lab_up "$work/lab1"
+inv=$work/lab1/inventory.yaml
+log "warm the download cache: hardway fetch"
+"$HW" fetch -i "$inv" --state "$state" --cache-dir "$cache" >"$work/fetch.log" 2>&1
+
+log "cold: hardway up (+ verify until it passes)"
+t0=$(now)
+/usr/bin/time -v -o "$work/up.time" \
+  "$HW" up -i "$inv" --state "$state" --cache-dir "$cache" >"$work/up.out" 2>&1 ||
+  { tail -30 "$work/up.out" >&2; exit 1; }
+t_up=$(now)
+verify_until_pass "$inv" cold
+t1=$(now)
+cold=$(secs "$t0" "$t1")
+cold_up=$(secs "$t0" "$t_up")
+pki_step=$(awk '$1 == "pki" { print $NF }' "$work/up.out")
+up_rss=$(rss_mib "$work/up.time")
+verify_rss=$(rss_mib "$work/cold.verify.time")
+
+# --- 2. no-op up ---------------------------------------------------------------
+log "no-op: hardway up"
+t0=$(now)
+"$HW" up -i "$inv" --state "$state" --cache-dir "$cache" >"$work/noop.out" 2>&1
+t1=$(now)
+noop=$(secs "$t0" "$t1")
+grep -q "no changes" "$work/noop.out" || { echo "bench-up: the second up did not say \"no changes\":" >&2; tail -20 "$work/noop.out" >&2; exit 1; }
+
+# What the baseline needs, from the same inventory and state: the rendered
+# tree with its manifests, and the cached binaries' paths.
+"$HW" render -i "$inv" --state "$state" --out "$work/rendered" >/dev/null
+"$HW" fetch -i "$inv" --state "$state" --cache-dir "$cache" -o json 2>/dev/null >"$work/fetch.json"
+cp "$work/lab1/hardway.lock" "$work/hardway.lock"
+lab_down
+
+# --- 3. the baseline: the tutorial's way -------------------------------------
+# source_of ORIGIN NAME HOST PATH: the local file behind a manifest line
+source_of() {
+  case $1 in
+    rendered) echo "$work/rendered/$3$4" ;;
+    cert) echo "$state/pki/$2.crt" ;;
+    key) echo "$state/pki/$2.key" ;;
+    public-key) echo "$state/pki/$2.pub" ;;
+    kubeconfig) echo "$state/kubeconfigs/$2.kubeconfig" ;;
+    encryption-config) echo "$state/encryption-config.yaml" ;;
+    binary)
+      local p
+      p=$(jq -r --arg n "$2" '.artifacts[] | select(.name == $n) | .path' "$work/fetch.json")
+      [[ $p == /* ]] || p=$PWD/$p # fetch names paths as given in --cache-dir
+      echo "$p" ;;
+    *) echo "bench-up: unknown origin '$1' in a manifest" >&2; return 1 ;;
+  esac
+}
+
+# Write baseline.sh: for every host, build its tree (DIR/<host>/...) with the
+# manifest's modes, scp it, then the systemctl commands of the tutorial.
+hosts=()
+for m in "$work"/rendered/*.manifest; do hosts+=("$(basename "$m" .manifest)"); done
+b=$work/baseline.sh
+{
+  echo '#!/usr/bin/env bash'
+  echo "# The tutorial's way: scp every file host by host, then systemctl. Generated by hack/bench-up.sh."
+  echo 'set -euo pipefail'
+  echo "ssh_cfg=\$1 # the lab's ssh_config"
+  echo "stage=$work/stage"
+  echo 'rm -rf "$stage"'
+  for h in "${hosts[@]}"; do
+    echo
+    echo "# $h: $(grep -vc '^#' "$work/rendered/$h.manifest") entries of $h.manifest"
+    echo "mkdir -p \"\$stage/$h\""
+    while read -r path mode owner rest; do
+      case $path in '#'* | '') continue ;; esac
+      if [[ $path == */ ]]; then
+        echo "install -d -m $mode \"\$stage/$h$path\""
+        continue
+      fi
+      from=$(sed -n 's/.*from=\([^ ]*\).*/\1/p' <<<"$rest")
+      name=$(sed -n 's/.*from=[^ ]* *\(.*\)$/\1/p' <<<"$rest")
+      src=$(source_of "$from" "$name" "$h" "$path")
+      [ -e "$src" ] || { echo "bench-up: $h: $path: no source $src" >&2; exit 1; }
+      echo "install -D -m $mode -o ${owner%%:*} -g ${owner##*:} '$src' \"\$stage/$h$path\""
+    done <"$work/rendered/$h.manifest"
+    echo "scp -F \"\$ssh_cfg\" -q -r -p \"\$stage/$h\"/* $h:/"
+  done
+  echo
+  echo '# "on each controller": etcd on all three at once (each waits for quorum)'
+  for h in "${hosts[@]}"; do
+    echo "ssh -F \"\$ssh_cfg\" $h 'systemctl daemon-reload && systemctl enable --now etcd' &"
+  done
+  echo 'wait'
+  echo
+  for h in "${hosts[@]}"; do
+    echo "ssh -F \"\$ssh_cfg\" $h 'systemctl enable --now kube-apiserver kube-controller-manager kube-scheduler'"
+  done
+  echo
+  echo '# the kubelet RBAC, from the first controller, once the apiserver answers'
+  subject=$(openssl x509 -in "$state/pki/apiserver-kubelet-client.crt" -noout -subject -nameopt multiline | sed -n 's/ *commonName *= *//p')
+  echo "until ssh -F \"\$ssh_cfg\" ${hosts[0]} 'kubectl --kubeconfig /var/lib/kubernetes/admin.kubeconfig apply -f -' <<'EOF'; do sleep 2; done"
+  cat <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  annotations:
+    rbac.authorization.kubernetes.io/autoupdate: "true"
+  labels:
+    kubernetes.io/bootstrapping: rbac-defaults
+  name: system:kube-apiserver-to-kubelet
+rules:
+  - apiGroups: [""]
+    resources: [nodes/proxy, nodes/stats, nodes/log, nodes/spec, nodes/metrics]
+    verbs: ["*"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:kube-apiserver
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:kube-apiserver-to-kubelet
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: User
+    name: $subject
+EOF
+  echo 'EOF'
+} >"$b"
+chmod 0700 "$b"
+
+log "lab up again: three fresh hosts for the baseline"
+lab_up "$work/lab2"
+inv2=$work/lab2/inventory.yaml
+cp "$work/hardway.lock" "$work/lab2/hardway.lock"
+log "baseline: $b (+ verify until it passes)"
+t0=$(now)
+bash "$b" "$work/lab2/ssh_config" >"$work/baseline.out" 2>&1 || { tail -30 "$work/baseline.out" >&2; exit 1; }
+t_b=$(now)
+verify_until_pass "$inv2" baseline
+t1=$(now)
+base=$(secs "$t0" "$t1")
+base_script=$(secs "$t0" "$t_b")
+lab_down
+
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+ratio=$(awk -v a="$cold" -v b="$base" 'BEGIN { printf "%.2f", a / b }')
+noop_ratio=$(awk -v a="$noop" -v b="$base" 'BEGIN { printf "%.3f", a / b }')
+
+cat <<EOF
+
+hardway up on 3 lab hosts ($(nproc) CPUs; load average $load_start at start, $load_end at end)
+                                 hardway   tutorial's way (scp + systemctl)   ratio hardway/baseline
+cold, until verify passes (s)   $(printf '%8s' "$cold")   $(printf '%8s' "$base")                             $ratio
+  of which the command (s)      $(printf '%8s' "$cold_up")   $(printf '%8s' "$base_script")
+  of which pki (made by hardway, given to the baseline)   ${pki_step:-?}
+no-op up (s), "no changes"      $(printf '%8s' "$noop")                                       $noop_ratio
+peak RSS (MiB)                  up $up_rss, verify $verify_rss
+EOF
