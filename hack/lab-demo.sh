@@ -20,9 +20,12 @@ bash hack/mirror/build.sh
 echo "mirror ready in $(( $(date +%s) - t0 ))s"
 
 step "lab hosts: hardway lab up --dir $LAB_DIR"
+INV=$LAB_DIR/inventory.yaml
 if "$HW" lab status -o json | grep -q '"up": true'; then
   echo "the lab is already up (hardway lab down to start over):"
   "$HW" lab status
+  INV=$("$HW" lab status -o json | sed -n 's/^ *"inventory": "\(.*\)",$/\1/p')
+  LAB_DIR=$(dirname "$INV")
 else
   "$HW" lab up --dir "$LAB_DIR"
 fi
@@ -42,10 +45,10 @@ try() {
   fi
 }
 
-step "control plane: hardway up -i $LAB_DIR/inventory.yaml"
-try up -i "$LAB_DIR/inventory.yaml"
-step "checks: hardway verify -i $LAB_DIR/inventory.yaml"
-try verify -i "$LAB_DIR/inventory.yaml"
+step "control plane: hardway up -i $INV"
+try up -i "$INV"
+step "checks: hardway verify -i $INV"
+try verify -i "$INV"
 
 step "next"
 kubectl=$HARDWAY_MIRROR/kubernetes/release/v1.36.3/bin/linux/$(go env GOARCH)/kubectl

@@ -82,34 +82,47 @@ func (l *Lab) down(ctx context.Context, st *state) error {
 	return nil
 }
 
-// stopHost waits for h's container to halt, kills it if it does not, then
-// makes sure its supervisor is gone. Only PIDs the lab recorded are signalled.
+// stopHost asks h's container to halt and waits; it kills the container if
+// it does not halt in time, then makes sure its supervisor is gone. Only PIDs
+// the lab recorded are signalled.
 func stopHost(h hostState) error {
-	wait := func(d time.Duration, done func() bool) bool {
-		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-			if done() {
-				return true
-			}
-		}
-		return done()
-	}
 	supAlive := func() bool { return alive(h.SupervisorPID, h.SupervisorStart) }
-	if !wait(30*time.Second, func() bool { return nspawnPID(h) == 0 }) {
-		// Killing the container's PID 1 ends its whole PID namespace.
+	// Keep asking: a supervisor may be about to start nspawn (an up that
+	// failed at once), and a systemd early in its boot has no handler yet
+	// for the halt signal and drops it.
+	var lastTerm time.Time
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		p := nspawnPID(h)
+		if p == 0 && !supAlive() {
+			return nil
+		}
+		if p != 0 && time.Since(lastTerm) > 3*time.Second {
+			signal(p, syscall.SIGTERM)
+			lastTerm = time.Now()
+		}
+	}
+	// Killing the container's PID 1 ends its whole PID namespace.
+	if p := nspawnPID(h); p != 0 {
 		for _, c := range childrenOf(p) {
 			signal(c, syscall.SIGKILL)
 		}
 		time.Sleep(time.Second)
 		signal(nspawnPID(h), syscall.SIGKILL)
 	}
-	if !wait(5*time.Second, func() bool { return !supAlive() }) {
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if nspawnPID(h) == 0 {
+			break
+		}
+	}
+	if supAlive() {
 		signal(h.SupervisorPID, syscall.SIGKILL)
 	}
-	if !wait(5*time.Second, func() bool { return nspawnPID(h) == 0 && !supAlive() }) {
-		return errors.New("its systemd-nspawn or supervisor does not end")
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if nspawnPID(h) == 0 && !supAlive() {
+			return nil
+		}
 	}
-	return nil
+	return errors.New("its systemd-nspawn or supervisor does not end")
 }
 
 // removeHost removes h's mounts, network namespace (which takes eth0 and so

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,6 +68,9 @@ func (l *Lab) Up(ctx context.Context) (*Result, error) {
 	}
 	base, err := l.ensureBase(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := l.raiseInotifyLimit(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(l.stateDir(), 0o700); err != nil {
@@ -420,4 +424,29 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// minInotifyInstances is enough for about 60 lab hosts. Without user
+// namespaces every container's systemd counts against root's limit of
+// inotify instances (128 by default, about 10 per host): at the limit, path
+// units fail at boot and hosts come up degraded.
+const minInotifyInstances = 1024
+
+const inotifyInstances = "/proc/sys/fs/inotify/max_user_instances"
+
+func (l *Lab) raiseInotifyLimit() error {
+	b, err := os.ReadFile(inotifyInstances)
+	if err != nil {
+		return fmt.Errorf("read inotify limit: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n >= minInotifyInstances {
+		return nil
+	}
+	if err := os.WriteFile(inotifyInstances, []byte(strconv.Itoa(minInotifyInstances)), 0o644); err != nil {
+		return usererr.Errorf(fmt.Sprintf("raise it: sysctl fs.inotify.max_user_instances=%d", minInotifyInstances),
+			"fs.inotify.max_user_instances is %d, too few for the lab hosts' systemd: %w", n, err)
+	}
+	l.logf("raised fs.inotify.max_user_instances from %d to %d (each host's systemd needs about 10)", n, minInotifyInstances)
+	return nil
 }

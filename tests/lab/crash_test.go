@@ -127,6 +127,9 @@ func TestFailedUpUndoesItself(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "sshd did not answer") {
 		t.Fatalf("lab up with a 1ms boot timeout: err = %v, want 'sshd did not answer'", err)
 	}
+	if strings.Contains(err.Error(), "undoing it") {
+		t.Errorf("lab up could not undo itself: %v", err)
+	}
 	if left := leftovers(t, prefix); len(left) > 0 {
 		t.Errorf("failed lab up left behind:\n%s", strings.Join(left, "\n"))
 	}
