@@ -140,6 +140,9 @@ func (c *Cluster) planRender(ctx context.Context) ([]plan.Action, error) {
 // restart leaves the markers, and the next run finishes the job.
 const restartDir = "/var/lib/hardway/restart"
 
+// sumsCache is the host's stat cache of file digests (see remote.CompareCached).
+const sumsCache = "/var/lib/hardway/sums"
+
 // remoteFiles turns a host's manifest into remote files, resolving copied
 // files to the state directory or the release cache.
 func (c *Cluster) remoteFiles(m *units.Manifest) ([]remote.File, error) {
@@ -189,7 +192,9 @@ func (c *Cluster) planPush(ctx context.Context) ([]plan.Action, error) {
 		if err != nil {
 			return nil, err
 		}
-		res, err := remote.Compare(ctx, sh, files)
+		// The stat cache makes a converged host's check one stat per file
+		// instead of reading every binary; verify reads them all.
+		res, err := remote.CompareCached(ctx, sh, files, sumsCache)
 		if err != nil {
 			return nil, err
 		}

@@ -331,3 +331,48 @@ func sumFile(t testing.TB, p string) string {
 	}
 	return fmt.Sprintf("%x", h.Sum(nil))
 }
+
+// The stat cache skips reading files whose stat is unchanged, and still
+// catches a same-size edit whose mtime was put back (ctime moved).
+func TestCompareCached(t *testing.T) {
+	h, _ := connect(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	cache := filepath.Join(dir, "sums")
+	p := filepath.Join(dir, "bin")
+	want := bytes.Repeat([]byte("a"), 4096)
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := []remote.File{{Path: p, Mode: 0o644, Data: want}}
+	for i := 0; i < 2; i++ {
+		res, err := remote.CompareCached(ctx, h, files, cache)
+		if err != nil || res[0].Changed() {
+			t.Fatalf("run %d: %+v %v", i, res, err)
+		}
+	}
+	b, err := os.ReadFile(cache)
+	if err != nil || !strings.Contains(string(b), p+" 4096 ") || !strings.Contains(string(b), fmt.Sprintf("%x", sha256.Sum256(want))) {
+		t.Fatalf("cache %q %v", b, err)
+	}
+	// Poison the cache: an entry for the file's current stat with a wrong
+	// sum must be believed (that is the point of the cache)...
+	poisoned := strings.Replace(string(b), fmt.Sprintf("%x", sha256.Sum256(want)), strings.Repeat("0", 64), 1)
+	os.WriteFile(cache, []byte(poisoned), 0o600)
+	if res, _ := remote.CompareCached(ctx, h, files, cache); !res[0].Content {
+		t.Fatal("the cached sum was not used")
+	}
+	// ...and Compare without a cache always reads.
+	if res, _ := remote.Compare(ctx, h, files); res[0].Changed() {
+		t.Fatal("Compare without cache disagrees")
+	}
+	// A same-size edit with the old mtime put back is still seen: ctime moved.
+	st, _ := os.Stat(p)
+	os.WriteFile(cache, b, 0o600)
+	time.Sleep(20 * time.Millisecond)
+	os.WriteFile(p, bytes.Repeat([]byte("b"), 4096), 0o644)
+	os.Chtimes(p, st.ModTime(), st.ModTime())
+	if res, err := remote.CompareCached(ctx, h, files, cache); err != nil || !res[0].Content {
+		t.Fatalf("edit with restored mtime not detected: %+v %v", res, err)
+	}
+}
