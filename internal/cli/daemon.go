@@ -91,8 +91,12 @@ The daemon never downloads: binaries are compared against the cache.`,
 					return nil, usererr.New(fmt.Errorf("daemon: no state directory %s", st), "run 'hardway up' first, or pass --state")
 				}
 				ro := release.OptionsFor(inv)
-				ro.CacheDir, ro.Offline = cacheDir, true
-				return daemon.NewClusterTarget(inv, cluster.Options{State: st, Release: ro}), nil
+				ro.CacheDir = cacheDir
+				t, err := daemon.NewClusterTarget(cmd.Context(), inv, cluster.Options{State: st, Release: ro})
+				if err != nil {
+					return nil, err
+				}
+				return t, nil
 			}
 			journaled := false
 			if f, ok := a.Stderr.(*os.File); ok && f == os.Stderr {

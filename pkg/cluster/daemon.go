@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"time"
+
+	"github.com/hardway/hardway/pkg/release"
 )
 
 // EtcdMemberStatus is what one member says about itself, for the daemon's
@@ -50,4 +52,22 @@ func (c *Cluster) EtcdStatus(ctx context.Context) ([]EtcdMemberStatus, error) {
 		out[i].Leader = leader != 0 && ids[i] == leader
 	}
 	return out, nil
+}
+
+// Prepare renders the manifests and resolves the release set from the
+// cache, once. The checks fill both lazily, and a daemon runs them
+// concurrently on every host: doing it first keeps them from racing, and
+// refuses an inventory that cannot render or whose binaries are not cached.
+func (c *Cluster) Prepare(ctx context.Context) error {
+	if _, err := c.planRender(ctx); err != nil {
+		return err
+	}
+	o := c.releaseOptions(true)
+	o.Progress = nil
+	set, err := release.Resolve(ctx, o)
+	if err != nil {
+		return err
+	}
+	c.set = set
+	return nil
 }

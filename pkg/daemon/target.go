@@ -50,12 +50,19 @@ func (s *sink) set(w io.Writer) {
 	s.mu.Unlock()
 }
 
-// NewClusterTarget wraps cluster.New. The release options should be
-// offline: a daemon compares against the cache, it never downloads.
-func NewClusterTarget(inv *inventory.Inventory, opt cluster.Options) *ClusterTarget {
+// NewClusterTarget wraps cluster.New and renders and resolves the release
+// set up front (cluster.Prepare): an inventory that cannot is refused. The
+// release options are made offline: a daemon compares against the cache,
+// it never downloads.
+func NewClusterTarget(ctx context.Context, inv *inventory.Inventory, opt cluster.Options) (*ClusterTarget, error) {
 	out := &sink{}
 	opt.Out = out
-	return &ClusterTarget{inv: inv, state: opt.State, c: cluster.New(inv, opt), out: out}
+	opt.Release.Offline = true
+	c := cluster.New(inv, opt)
+	if err := c.Prepare(ctx); err != nil {
+		return nil, err
+	}
+	return &ClusterTarget{inv: inv, state: opt.State, c: c, out: out}, nil
 }
 
 func (t *ClusterTarget) Checks() []verify.Check { return t.c.Checks() }

@@ -38,7 +38,7 @@ ExecReload=/bin/kill -HUP $MAINPID
 WatchdogSec={{.WatchdogSec}}
 Restart=on-failure
 RestartSec=10s
-TimeoutStartSec=infinity
+TimeoutStartSec=5min
 TimeoutStopSec={{.StopSec}}
 {{- if .User}}
 User={{.User}}

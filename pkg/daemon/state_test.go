@@ -1,0 +1,127 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/verify"
+)
+
+func pass(check, host string) verify.Result {
+	return verify.Result{Check: check, Host: host, Status: verify.Pass, Message: "ok"}
+}
+
+func fail(check, host, msg, hint string) verify.Result {
+	return verify.Result{Check: check, Host: host, Status: verify.Fail, Message: msg, Hint: hint}
+}
+
+func TestSummarizeTakesTheWorstPerKey(t *testing.T) {
+	es := Summarize([]verify.Result{
+		pass("host/units", "c1"),
+		fail("host/units", "c1", "etcd is not active", "journalctl -u etcd"),
+		pass("host/units", "c1"),
+		fail("host/units", "c1", "kube-apiserver is not active", "journalctl -u kube-apiserver"),
+		{Check: "versions", Status: verify.Warn, Message: "skew", Hint: "upgrade"},
+		pass("versions", ""),
+		pass("etcd/health", "c1"),
+	})
+	want := []Entry{
+		{Key: Key{"host/units", "c1"}, Status: verify.Fail, Message: "etcd is not active; kube-apiserver is not active", Hint: "journalctl -u etcd"},
+		{Key: Key{"versions", ""}, Status: verify.Warn, Message: "skew", Hint: "upgrade"},
+		{Key: Key{"etcd/health", "c1"}, Status: verify.Pass, Message: "ok"},
+	}
+	if !reflect.DeepEqual(es, want) {
+		t.Fatalf("got  %+v\nwant %+v", es, want)
+	}
+}
+
+// TestTrackerLogsOnlyTransitions feeds runs of fake results and checks the
+// lines each run logs.
+func TestTrackerLogsOnlyTransitions(t *testing.T) {
+	healthy := []verify.Result{pass("etcd/health", "c1"), pass("etcd/health", "c2"), pass("pki", "")}
+	c2down := []verify.Result{pass("etcd/health", "c1"), fail("etcd/health", "c2", "deadline exceeded", "see 'journalctl -u etcd' on c2"), pass("pki", "")}
+	c2gone := []verify.Result{pass("etcd/health", "c1"), pass("pki", "")} // c2 unreachable: no result at all
+	var tr Tracker
+	for _, step := range []struct {
+		name string
+		run  []verify.Result
+		want []string
+	}{
+		{"first run on a healthy cluster logs nothing", healthy, nil},
+		{"same again logs nothing", healthy, nil},
+		{"a member stops", c2down, []string{"etcd/health c2: pass -> fail: deadline exceeded (hint: see 'journalctl -u etcd' on c2)"}},
+		{"still down logs nothing", c2down, nil},
+		{"a key missing from a run is not a change", c2gone, nil},
+		{"back: logged against the last known status", healthy, []string{"etcd/health c2: fail -> pass: ok"}},
+		{"a cluster-wide failure", []verify.Result{pass("etcd/health", "c1"), pass("etcd/health", "c2"), fail("pki", "", "ca: expired", "run 'hardway pki'\nthen up")},
+			[]string{"pki: pass -> fail: ca: expired (hint: run 'hardway pki' then up)"}},
+		{"warn is a change too", []verify.Result{pass("etcd/health", "c1"), pass("etcd/health", "c2"), {Check: "pki", Status: verify.Warn, Message: "renew soon", Hint: "hardway up"}},
+			[]string{"pki: fail -> warn: renew soon (hint: hardway up)"}},
+	} {
+		var got []string
+		for _, x := range tr.Update(Summarize(step.run)) {
+			got = append(got, x.Line())
+		}
+		if !reflect.DeepEqual(got, step.want) {
+			t.Fatalf("%s:\ngot  %q\nwant %q", step.name, got, step.want)
+		}
+	}
+
+	var fresh Tracker
+	got := fresh.Update(Summarize(c2down))
+	if len(got) != 1 || got[0].Line() != "etcd/health c2: start -> fail: deadline exceeded (hint: see 'journalctl -u etcd' on c2)" {
+		t.Fatalf("a daemon starting on a broken cluster logs the failure: %+v", got)
+	}
+}
+
+func TestRepairHosts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rs   []verify.Result
+		want []string
+	}{
+		{"healthy", []verify.Result{pass("host/files", "c1"), pass("host/units", "c2")}, nil},
+		{"drift and a stopped unit, in check order, once per host", []verify.Result{
+			fail("host/files", "c3", "drifted", ""), fail("host/units", "c1", "etcd is not active", ""), fail("host/binaries", "c3", "differ", ""),
+		}, []string{"c3", "c1"}},
+		{"what up cannot fix is left alone", []verify.Result{
+			fail("host/ssh", "c1", "refused", ""), fail("etcd/health", "c2", "down", ""), fail("pki", "", "expired", ""),
+		}, nil},
+	} {
+		if got := RepairHosts(Summarize(tc.rs)); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: got %v want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestForHostKeepsOneHostsActions(t *testing.T) {
+	steps := []plan.Step{
+		{Name: "push", Plan: func(context.Context) ([]plan.Action, error) {
+			return []plan.Action{{Host: "c1", Desc: "write a"}, {Host: "c2", Desc: "write b"}, {Host: "c2", Desc: "write c"}}, nil
+		}},
+		{Name: "etcd", Plan: func(context.Context) ([]plan.Action, error) {
+			return []plan.Action{{Host: "c2", Desc: "join etcd as a new member (https://10.0.0.2:2380)"},
+				{Host: "c2", Desc: "replace etcd member c2: remove old member 1, add ..."},
+				{Host: "c2", Desc: "etcd: start"}, {Desc: "wait for etcd quorum and check members"}}, nil
+		}},
+		{Name: "control-plane", Plan: func(context.Context) ([]plan.Action, error) { return nil, errors.New("boom") }},
+	}
+	var got []string
+	for _, s := range ForHost(steps, "c2") {
+		as, err := s.Plan(context.Background())
+		if err != nil {
+			got = append(got, s.Name+": error "+err.Error())
+		}
+		for _, a := range as {
+			got = append(got, s.Name+": "+a.Host+" "+a.Desc)
+		}
+	}
+	want := []string{"push: c2 write b", "push: c2 write c", "etcd: c2 etcd: start", "etcd:  wait for etcd quorum and check members", "control-plane: error boom"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
