@@ -71,7 +71,10 @@ func setup(t *testing.T) *env {
 
 type testLog struct{ t *testing.T }
 
-func (l testLog) Write(p []byte) (int, error) { l.t.Log(strings.TrimRight(string(p), "\n")); return len(p), nil }
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
 
 func (e *env) hardway(args ...string) {
 	e.t.Helper()
