@@ -66,7 +66,7 @@ longer exist). Exit code 1 when any check fails.`,
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
-	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "time limit per check")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "time limit per check")
 	cmd.Flags().StringVar(&cacheDir, "cache-dir", "", "download cache (default $XDG_CACHE_HOME/hardway)")
 	return cmd
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -13,7 +14,6 @@ import (
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/kube"
 	"github.com/hardway/hardway/pkg/pki"
-	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/units"
 	"github.com/hardway/hardway/pkg/verify"
@@ -25,7 +25,9 @@ func (c *Cluster) Checks() []verify.Check {
 		{Name: "pki", Doc: "local certificates: chain, key match, SANs cover the inventory, expiry; encryption config; kubeconfigs", Run: c.checkPKI},
 	}
 	for _, h := range c.Inv.ControlPlane {
-		checks = append(checks, verify.Check{Name: "host", Doc: "SSH, binaries match the lock, files match the rendered ones, units enabled and active, clock", Run: func(ctx context.Context) []verify.Result { return c.checkHost(ctx, h) }})
+		checks = append(checks,
+			verify.Check{Name: "host", Doc: "SSH with a verified host key, units enabled and active, clock", Run: func(ctx context.Context) []verify.Result { return c.checkHost(ctx, h) }},
+			verify.Check{Name: "host/files", Doc: "binaries match the lock, files match the rendered ones (every byte read)", Run: func(ctx context.Context) []verify.Result { return c.checkHostFiles(ctx, h) }})
 	}
 	checks = append(checks,
 		verify.Check{Name: "etcd", Doc: "every member healthy, member list equals the inventory, one leader, no alarms", Run: c.checkEtcd},
@@ -64,54 +66,11 @@ func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Resu
 		return []verify.Result{res("host/ssh", verify.Failf(h.Name, hintOf(err, "check the address, the SSH key and known_hosts"), "%v", err))}
 	}
 	out := []verify.Result{res("host/ssh", verify.OKf(h.Name, "connected, host key verified"))}
-
-	// Binaries against the lock, files against the rendered manifest.
-	if c.manifests == nil {
-		if _, err := c.planRender(ctx); err != nil {
-			return append(out, res("host/files", verify.Failf(h.Name, "", "render: %v", err)))
-		}
-	}
-	if c.set == nil {
-		o := c.releaseOptions(true)
-		o.Progress = nil
-		if set, err := release.Resolve(ctx, o); err == nil {
-			c.set = set
-		}
-	}
-	files, err := c.remoteFiles(c.manifests[h.Name])
-	if err != nil {
-		out = append(out, res("host/files", verify.Failf(h.Name, hintOf(err, "run 'hardway fetch'"), "cannot compare files: %v", err)))
-	} else if cmp, err := remote.Compare(ctx, sh, files); err != nil {
-		out = append(out, res("host/files", verify.Failf(h.Name, "", "compare files: %v", err)))
-	} else {
-		var bins, other []string
-		for i, r := range cmp {
-			if !r.Changed() {
-				continue
-			}
-			if strings.HasPrefix(files[i].Path, units.BinDir+"/") {
-				bins = append(bins, fmt.Sprintf("%s (%s)", files[i].Path, r.Why))
-			} else {
-				other = append(other, fmt.Sprintf("%s (%s)", files[i].Path, r.Why))
-			}
-		}
-		if len(bins) > 0 {
-			out = append(out, res("host/binaries", verify.Failf(h.Name, "'hardway up' puts back the binaries pinned in hardway.lock", "differ from hardway.lock: %s", strings.Join(bins, ", "))))
-		} else {
-			out = append(out, res("host/binaries", verify.OKf(h.Name, "match hardway.lock (sha256)")))
-		}
-		if len(other) > 0 {
-			out = append(out, res("host/files", verify.Failf(h.Name, "someone edited them on the host; 'hardway up --dry-run' shows the diff, 'hardway up' restores them", "drifted: %s", strings.Join(other, ", "))))
-		} else {
-			out = append(out, res("host/files", verify.OKf(h.Name, "%d files match the rendered ones", len(files))))
-		}
-	}
-
 	for _, comp := range units.Components() {
 		st, err := queryUnit(ctx, sh, comp+".service")
 		switch {
 		case err != nil:
-			out = append(out, res("host/units", verify.Failf(h.Name, "", "%s: %v", comp, err)))
+			out = append(out, res("host/units", verify.Failf(h.Name, timeoutHint(err), "%s: %v", comp, err)))
 		case !st.Active:
 			out = append(out, res("host/units", verify.Failf(h.Name, fmt.Sprintf("see 'journalctl -u %s' on %s; 'hardway up' starts it", comp, h.Name), "%s is not active", comp)))
 		case !st.Enabled:
@@ -135,6 +94,58 @@ func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Resu
 		}
 	}
 	return out
+}
+
+// checkHostFiles compares every pushed file with what up would push; it reads
+// every byte on the host (no stat cache): this is the proof, not the shortcut.
+func (c *Cluster) checkHostFiles(ctx context.Context, h inventory.Host) []verify.Result {
+	res := func(check string, r verify.Result) verify.Result { r.Check = check; r.Host = h.Name; return r }
+	sh, err := c.Host(ctx, h.Name)
+	if err != nil {
+		return []verify.Result{res("host/files", verify.Failf(h.Name, "see host/ssh", "%v", err))}
+	}
+	if err := c.ensureRendered(ctx); err != nil {
+		return []verify.Result{res("host/files", verify.Failf(h.Name, "", "render: %v", err))}
+	}
+	c.ensureSet(ctx)
+	var out []verify.Result
+	files, err := c.remoteFiles(c.manifests[h.Name])
+	if err != nil {
+		out = append(out, res("host/files", verify.Failf(h.Name, hintOf(err, "run 'hardway fetch'"), "cannot compare files: %v", err)))
+	} else if cmp, err := remote.Compare(ctx, sh, files); err != nil {
+		out = append(out, res("host/files", verify.Failf(h.Name, timeoutHint(err), "compare files: %v", err)))
+	} else {
+		var bins, other []string
+		for i, r := range cmp {
+			if !r.Changed() {
+				continue
+			}
+			if strings.HasPrefix(files[i].Path, units.BinDir+"/") {
+				bins = append(bins, fmt.Sprintf("%s (%s)", files[i].Path, r.Why))
+			} else {
+				other = append(other, fmt.Sprintf("%s (%s)", files[i].Path, r.Why))
+			}
+		}
+		if len(bins) > 0 {
+			out = append(out, res("host/binaries", verify.Failf(h.Name, "'hardway up' puts back the binaries pinned in hardway.lock", "differ from hardway.lock: %s", strings.Join(bins, ", "))))
+		} else {
+			out = append(out, res("host/binaries", verify.OKf(h.Name, "match hardway.lock (sha256)")))
+		}
+		if len(other) > 0 {
+			out = append(out, res("host/files", verify.Failf(h.Name, "someone edited them on the host; 'hardway up --dry-run' shows the diff, 'hardway up' restores them", "drifted: %s", strings.Join(other, ", "))))
+		} else {
+			out = append(out, res("host/files", verify.OKf(h.Name, "%d files match the rendered ones", len(files))))
+		}
+	}
+	return out
+}
+
+// timeoutHint explains a check cut off by its time limit.
+func timeoutHint(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "the host answered too slowly (overloaded?); raise 'hardway verify --timeout'"
+	}
+	return hintOf(err, "")
 }
 
 func (c *Cluster) checkEtcd(ctx context.Context) []verify.Result {

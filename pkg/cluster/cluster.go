@@ -47,6 +47,7 @@ type Cluster struct {
 	opt Options
 
 	mu        sync.Mutex
+	renderMu  sync.Mutex // guards manifests and set, filled once
 	hosts     map[string]*remote.SSHHost
 	set       *release.Set
 	manifests map[string]*units.Manifest

@@ -122,15 +122,41 @@ func (c *Cluster) planFetch(ctx context.Context) ([]plan.Action, error) {
 // --- render ------------------------------------------------------------
 
 func (c *Cluster) planRender(ctx context.Context) ([]plan.Action, error) {
+	return nil, c.ensureRendered(ctx)
+}
+
+// ensureRendered renders the manifests once; checks call it concurrently.
+func (c *Cluster) ensureRendered(context.Context) error {
+	c.renderMu.Lock()
+	defer c.renderMu.Unlock()
+	if c.manifests != nil {
+		return nil
+	}
 	ms, err := units.Render(c.Inv)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	c.manifests = map[string]*units.Manifest{}
+	m := map[string]*units.Manifest{}
 	for i := range ms {
-		c.manifests[ms[i].Host] = &ms[i]
+		m[ms[i].Host] = &ms[i]
 	}
-	return nil, nil
+	c.manifests = m
+	return nil
+}
+
+// ensureSet finds the release set in the cache once (for verify, which never
+// downloads); a missing set shows as an error where a binary is needed.
+func (c *Cluster) ensureSet(ctx context.Context) {
+	c.renderMu.Lock()
+	defer c.renderMu.Unlock()
+	if c.set != nil {
+		return
+	}
+	o := c.releaseOptions(true)
+	o.Progress = nil
+	if set, err := release.Resolve(ctx, o); err == nil {
+		c.set = set
+	}
 }
 
 // --- push --------------------------------------------------------------
@@ -173,10 +199,8 @@ func (c *Cluster) remoteFiles(m *units.Manifest) ([]remote.File, error) {
 }
 
 func (c *Cluster) planPush(ctx context.Context) ([]plan.Action, error) {
-	if c.manifests == nil {
-		if _, err := c.planRender(ctx); err != nil {
-			return nil, err
-		}
+	if err := c.ensureRendered(ctx); err != nil {
+		return nil, err
 	}
 	var actions []plan.Action
 	for _, h := range c.Inv.ControlPlane {
