@@ -55,12 +55,16 @@ func (c *Cluster) EtcdStatus(ctx context.Context) ([]EtcdMemberStatus, error) {
 }
 
 // Prepare renders the manifests and resolves the release set from the
-// cache, once. The checks fill both lazily, and a daemon runs them
-// concurrently on every host: doing it first keeps them from racing, and
-// refuses an inventory that cannot render or whose binaries are not cached.
+// cache up front, so that a daemon refuses an inventory that cannot render
+// or whose binaries are not cached instead of failing every run.
 func (c *Cluster) Prepare(ctx context.Context) error {
-	if _, err := c.planRender(ctx); err != nil {
+	if err := c.ensureRendered(ctx); err != nil {
 		return err
+	}
+	c.renderMu.Lock()
+	defer c.renderMu.Unlock()
+	if c.set != nil {
+		return nil
 	}
 	o := c.releaseOptions(true)
 	o.Progress = nil
