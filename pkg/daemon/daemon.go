@@ -264,15 +264,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			cur = nil
 			d.mu.Lock()
 			d.runSince = time.Time{}
-			first := !d.ready
-			d.ready = true
-			status := d.status
 			d.mu.Unlock()
-			if first {
-				d.notify("READY=1\nSTATUS=" + status)
-			} else {
-				d.notify("STATUS=" + status)
-			}
 			if pending != nil {
 				tgt.Close()
 				tgt, pending = pending, nil
@@ -374,6 +366,9 @@ func (d *Daemon) runOnce(ctx context.Context, t Target) {
 	s.finished = d.cfg.Now()
 	d.m.set(s)
 	d.m.runs.Inc()
+	// READY as soon as the first checks are in: repairs can take minutes,
+	// and the metrics already say what is wrong.
+	d.setStatus(statusLine(rep, es, 0))
 
 	repaired := 0
 	if d.cfg.Repair {
@@ -407,9 +402,23 @@ func (d *Daemon) runOnce(ctx context.Context, t Target) {
 			d.log.printf(prioNotice, "repair %s: done, %d change(s); the next run checks it", h, n)
 		}
 	}
+	if repaired > 0 {
+		d.setStatus(statusLine(rep, es, repaired))
+	}
+}
+
+// setStatus records the status line and tells systemd; the first time,
+// with READY=1.
+func (d *Daemon) setStatus(status string) {
 	d.mu.Lock()
-	d.status = statusLine(rep, es, repaired)
+	first := !d.ready
+	d.ready, d.status = true, status
 	d.mu.Unlock()
+	if first {
+		d.notify("READY=1\nSTATUS=" + status)
+	} else {
+		d.notify("STATUS=" + status)
+	}
 }
 
 // statusLine is systemd's STATUS=: counts, the failing keys, repairs.

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,15 +75,25 @@ func (l testLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (e *env) hardway(args ...string) {
+// up builds the control plane. It is not what this suite tests, and a
+// loaded machine drops an SSH connection now and then: a failed up is run
+// once more (it is idempotent) before the test gives up.
+func (e *env) up() {
 	e.t.Helper()
-	args = append(args, "-i", e.inv, "--cache-dir", e.cacheDir)
-	var out, errb bytes.Buffer
-	start := time.Now()
-	if code := cli.Main(e.t.Context(), args, &out, &errb); code != 0 {
-		e.t.Fatalf("hardway %v: exit %d\n%s\n%s", args, code, out.String(), errb.String())
+	args := []string{"up", "-i", e.inv, "--cache-dir", e.cacheDir}
+	for try := 1; ; try++ {
+		var out, errb bytes.Buffer
+		start := time.Now()
+		code := cli.Main(e.t.Context(), args, &out, &errb)
+		if code == 0 {
+			e.t.Logf("hardway up: %s", time.Since(start).Round(time.Second))
+			return
+		}
+		if try == 2 {
+			e.t.Fatalf("hardway up: exit %d\n%s\n%s", code, out.String(), errb.String())
+		}
+		e.t.Logf("hardway up failed, once more: %s", strings.TrimSpace(errb.String()))
 	}
-	e.t.Logf("hardway %s: %s", args[0], time.Since(start).Round(time.Second))
 }
 
 // ssh runs cmd on a lab host, bounded so a hung command fails the test.
@@ -110,8 +119,9 @@ func (e *env) install() {
 	e.t.Helper()
 	stage := filepath.Join(e.dir, "stage")
 	bin := filepath.Join(stage, "hardway")
+	// Built like every other test binary, so the build cache serves it; the
+	// lab hosts run the same Debian as this machine.
 	build := exec.Command("go", "build", "-o", bin, "github.com/hardway/hardway/cmd/hardway")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		e.t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -197,25 +207,21 @@ func statuses(mfs map[string]*dto.MetricFamily) map[string]float64 {
 	return out
 }
 
+// gauge is the value of the sample of family with label=value, or of its
+// only unlabelled sample when label is "".
 func gauge(mfs map[string]*dto.MetricFamily, family, label, value string) (float64, bool) {
-	mf := mfs[family]
-	if mf == nil {
-		return 0, false
-	}
-	for _, m := range mf.Metric {
+	for _, m := range mfs[family].GetMetric() {
+		match := label == "" && len(m.Label) == 0
 		for _, p := range m.Label {
-			if label == "" || (p.GetName() == label && p.GetValue() == value) {
-				if m.Gauge != nil {
-					return m.Gauge.GetValue(), true
-				}
-				return m.Counter.GetValue(), true
-			}
+			match = match || (p.GetName() == label && p.GetValue() == value)
 		}
-		if label == "" && len(m.Label) == 0 {
-			if m.Gauge != nil {
-				return m.Gauge.GetValue(), true
-			}
+		if !match {
+			continue
 		}
+		if m.Counter != nil {
+			return m.Counter.GetValue(), true
+		}
+		return m.Gauge.GetValue(), true
 	}
 	return 0, false
 }
@@ -251,7 +257,7 @@ func (e *env) waitFor(what string, within time.Duration, cond func() bool) time.
 
 func TestDaemonOnALabHost(t *testing.T) {
 	e := setup(t)
-	e.hardway("up")
+	e.up()
 	e.install()
 
 	t.Run("the unit reaches active and every check passes", func(t *testing.T) {
@@ -383,17 +389,14 @@ func TestDaemonOnALabHost(t *testing.T) {
 
 	t.Run("SIGTERM stops it cleanly", func(t *testing.T) {
 		e.t = t
-		mem := e.show("MemoryCurrent", "MainPID")
+		pid := e.show("MainPID")["MainPID"]
+		hwm := strings.TrimSpace(e.mustSSH("controller-1", "grep VmHWM /proc/"+pid+"/status"))
 		start := time.Now()
 		e.mustSSH("controller-1", "systemctl stop "+unitName)
 		p := e.show("ActiveState", "Result")
-		if p["Result"] != "success" {
+		if p["ActiveState"] != "inactive" || p["Result"] != "success" {
 			t.Errorf("stopped with %v", p)
 		}
-		mb := "?"
-		if n, err := strconv.ParseFloat(mem["MemoryCurrent"], 64); err == nil {
-			mb = fmt.Sprintf("%.1f MiB", n/(1<<20))
-		}
-		t.Logf("stopped in %s; cgroup memory before stop %s", time.Since(start).Round(100*time.Millisecond), mb)
+		t.Logf("stopped in %s; daemon peak memory %s", time.Since(start).Round(100*time.Millisecond), hwm)
 	})
 }
