@@ -6,7 +6,7 @@ GO     ?= go
 BIN    := bin/hardway
 export HARDWAY_MIRROR ?= /var/tmp/hardway/mirror
 
-.PHONY: build setup lint mirror unit e2e test demo bench fuzz clean
+.PHONY: build setup lint mirror unit e2e test demo bench bench-up fuzz clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/hardway
@@ -44,6 +44,11 @@ fuzz:
 # Figures for the README, measured side by side in one run.
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./pkg/pki ./pkg/release ./pkg/remote ./pkg/units
+
+# Issue 7's figures: cold and no-op `hardway up` against the tutorial's
+# scp + systemctl, on two sets of fresh lab hosts (root).
+bench-up: setup build mirror
+	bash hack/bench-up.sh
 
 clean:
 	rm -rf bin

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hardway/hardway/pkg/etcd"
@@ -49,6 +50,85 @@ func queryUnit(ctx context.Context, sh remote.Host, unit string) (unitState, err
 	return st, nil
 }
 
+// snapshot is what one host's systemd and hardway's markers say, read with
+// one command: a converged run asks each host once per step instead of
+// twice per service.
+type snapshot struct {
+	Units    map[string]unitState // by component
+	Pending  map[string]bool      // restart markers, plus what push planned
+	EtcdData bool                 // the etcd data dir holds a member
+}
+
+func (c *Cluster) snapshot(ctx context.Context, sh remote.Host) (*snapshot, error) {
+	var script strings.Builder
+	for _, comp := range units.Components() {
+		fmt.Fprintf(&script, "echo '@%s'; systemctl show -p ActiveState -p UnitFileState -p NeedDaemonReload -p ActiveEnterTimestamp %s\n", comp, remote.Quote(comp+".service"))
+	}
+	fmt.Fprintf(&script, "echo '@restart'; ls -1 %s 2>/dev/null || true\n", restartDir)
+	fmt.Fprintf(&script, "echo '@data'; if [ -d %s/member ]; then echo yes; else echo no; fi\n", units.EtcdDataDir)
+	out, err := sh.Run(ctx, script.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	sn := &snapshot{Units: map[string]unitState{}, Pending: map[string]bool{}}
+	section := ""
+	for _, l := range strings.Split(string(out), "\n") {
+		if name, ok := strings.CutPrefix(l, "@"); ok {
+			section = name
+			continue
+		}
+		switch section {
+		case "restart":
+			if l != "" {
+				sn.Pending[l] = true
+			}
+		case "data":
+			sn.EtcdData = sn.EtcdData || l == "yes"
+		default:
+			st := sn.Units[section]
+			k, v, _ := strings.Cut(l, "=")
+			switch k {
+			case "ActiveState":
+				st.Active = v == "active"
+			case "UnitFileState":
+				st.Enabled = v == "enabled"
+			case "NeedDaemonReload":
+				st.NeedReload = v == "yes"
+			case "ActiveEnterTimestamp":
+				st.ActiveEnter = v
+			}
+			sn.Units[section] = st
+		}
+	}
+	c.mu.Lock()
+	for comp := range c.willRestart[sh.Name()] {
+		sn.Pending[comp] = true
+	}
+	c.mu.Unlock()
+	return sn, nil
+}
+
+// snapshots reads every control-plane host's snapshot in parallel.
+func (c *Cluster) snapshots(ctx context.Context) (map[string]*snapshot, error) {
+	var mu sync.Mutex
+	out := map[string]*snapshot{}
+	err := remote.ForEach(ctx, c.Inv.ControlPlane, 8, func(ctx context.Context, h inventory.Host) error {
+		sh, err := c.Host(ctx, h.Name)
+		if err != nil {
+			return err
+		}
+		sn, err := c.snapshot(ctx, sh)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		out[h.Name] = sn
+		mu.Unlock()
+		return nil
+	})
+	return out, err
+}
+
 // journalTail is the last lines of a unit's journal, for error messages.
 func journalTail(ctx context.Context, sh remote.Host, unit string, n int) string {
 	out, _ := remote.Journal(ctx, sh, unit, n)
@@ -67,25 +147,13 @@ func withJournal(ctx context.Context, sh remote.Host, unit string, err error) er
 // serviceActions returns the actions that bring one component on one host to
 // enabled + running with its current files: daemon-reload when a unit file
 // changed, enable, start or restart (when its files changed), then wait.
-func (c *Cluster) serviceActions(ctx context.Context, h inventory.Host, comp string, noBlock bool, wait func(ctx context.Context) error) ([]plan.Action, error) {
+func (c *Cluster) serviceActions(ctx context.Context, h inventory.Host, sn *snapshot, comp string, noBlock bool, wait func(ctx context.Context) error) ([]plan.Action, error) {
 	sh, err := c.Host(ctx, h.Name)
 	if err != nil {
 		return nil, err
 	}
 	unit := comp + ".service"
-	st, err := queryUnit(ctx, sh, unit)
-	if err != nil {
-		return nil, err
-	}
-	pending, err := pendingRestarts(ctx, sh)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	for comp := range c.willRestart[h.Name] {
-		pending[comp] = true
-	}
-	c.mu.Unlock()
+	st, pending := sn.Units[comp], sn.Pending
 	var steps []string
 	if st.NeedReload {
 		steps = append(steps, "daemon-reload")
@@ -167,11 +235,15 @@ func (c *Cluster) planEtcd(ctx context.Context) ([]plan.Action, error) {
 		// (or the next step of this one) against the healed cluster.
 		return joins, err
 	}
+	snaps, err := c.snapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var starts, restarts []plan.Action
 	for _, h := range c.Inv.ControlPlane {
 		// A member that is down must be started without blocking: on a new
 		// cluster no member is ready before a quorum has started.
-		as, err := c.serviceActions(ctx, h, units.Etcd, true, nil)
+		as, err := c.serviceActions(ctx, h, snaps[h.Name], units.Etcd, true, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -180,7 +252,7 @@ func (c *Cluster) planEtcd(ctx context.Context) ([]plan.Action, error) {
 				// Rebuild with a blocking restart and a health wait, so
 				// members restart one at a time and quorum holds.
 				hh := h
-				ras, err := c.serviceActions(ctx, hh, units.Etcd, false, func(ctx context.Context) error { return c.etcdHealthy(ctx, hh) })
+				ras, err := c.serviceActions(ctx, hh, snaps[hh.Name], units.Etcd, false, func(ctx context.Context) error { return c.etcdHealthy(ctx, hh) })
 				if err != nil {
 					return nil, err
 				}
@@ -204,12 +276,6 @@ func (c *Cluster) planEtcd(ctx context.Context) ([]plan.Action, error) {
 	return actions, nil
 }
 
-// etcdHasData reports whether the host's etcd data dir holds a member.
-func etcdHasData(ctx context.Context, sh remote.Host) (bool, error) {
-	out, err := sh.Run(ctx, "if [ -d "+units.EtcdDataDir+"/member ]; then echo yes; else echo no; fi", nil)
-	return strings.TrimSpace(string(out)) == "yes", err
-}
-
 // planJoins finds hosts that must join the running cluster as new members:
 // their data dir is empty (a rebuilt or replaced host) while other members
 // hold the cluster's data. Such a host cannot bootstrap with
@@ -218,25 +284,18 @@ func etcdHasData(ctx context.Context, sh remote.Host) (bool, error) {
 // is removed first — only with --remove-stale-members, as it shrinks the
 // cluster for a moment.
 func (c *Cluster) planJoins(ctx context.Context) ([]plan.Action, error) {
+	snaps, err := c.snapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var empty []inventory.Host
 	withData := 0
 	for _, h := range c.Inv.ControlPlane {
-		sh, err := c.Host(ctx, h.Name)
-		if err != nil {
-			return nil, err
-		}
-		has, err := etcdHasData(ctx, sh)
-		if err != nil {
-			return nil, err
-		}
-		st, err := queryUnit(ctx, sh, "etcd.service")
-		if err != nil {
-			return nil, err
-		}
+		sn := snaps[h.Name]
 		switch {
-		case has:
+		case sn.EtcdData:
 			withData++
-		case !st.Active:
+		case !sn.Units[units.Etcd].Active:
 			empty = append(empty, h)
 		}
 	}
@@ -383,11 +442,15 @@ func (c *Cluster) checkMembers(ctx context.Context) error {
 // --- control plane -----------------------------------------------------
 
 func (c *Cluster) planControlPlane(ctx context.Context) ([]plan.Action, error) {
+	snaps, err := c.snapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var actions []plan.Action
 	for _, comp := range []string{units.APIServer, units.ControllerManager, units.Scheduler} {
 		for _, h := range c.Inv.ControlPlane {
 			h, comp := h, comp
-			as, err := c.serviceActions(ctx, h, comp, false, func(ctx context.Context) error { return c.componentHealthy(ctx, h, comp) })
+			as, err := c.serviceActions(ctx, h, snaps[h.Name], comp, false, func(ctx context.Context) error { return c.componentHealthy(ctx, h, comp) })
 			if err != nil {
 				return nil, err
 			}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/plan"
 	"github.com/hardway/hardway/pkg/release"
@@ -202,47 +203,63 @@ func (c *Cluster) planPush(ctx context.Context) ([]plan.Action, error) {
 	if err := c.ensureRendered(ctx); err != nil {
 		return nil, err
 	}
+	// Hosts are compared in parallel; the plan lists them in inventory order.
+	perHost := make([][]plan.Action, len(c.Inv.ControlPlane))
+	err := remote.ForEach(ctx, c.Inv.ControlPlane, 8, func(ctx context.Context, h inventory.Host) error {
+		as, err := c.planPushHost(ctx, h)
+		perHost[indexOf(c.Inv.ControlPlane, h.Name)] = as
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
 	var actions []plan.Action
-	for _, h := range c.Inv.ControlPlane {
-		m := c.manifests[h.Name]
-		sh, err := c.Host(ctx, h.Name)
-		if err != nil {
-			return nil, err
+	for _, as := range perHost {
+		actions = append(actions, as...)
+	}
+	return actions, nil
+}
+
+func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Action, error) {
+	var actions []plan.Action
+	m := c.manifests[h.Name]
+	sh, err := c.Host(ctx, h.Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ensureDirs(ctx, sh, m, &actions); err != nil {
+		return nil, err
+	}
+	files, err := c.remoteFiles(m)
+	if err != nil {
+		return nil, err
+	}
+	// The stat cache makes a converged host's check one stat per file
+	// instead of reading every binary; verify reads them all.
+	res, err := remote.CompareCached(ctx, sh, files, sumsCache)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range res {
+		if !r.Changed() {
+			continue
 		}
-		if err := c.ensureDirs(ctx, sh, m, &actions); err != nil {
-			return nil, err
+		f, mf := files[i], m.Files[i]
+		c.planRestart(h.Name, mf.Components)
+		desc := fmt.Sprintf("write %s (%04o, %s)", f.Path, f.Mode.Perm(), r.Why)
+		diff := ""
+		if mf.Content != nil && r.Content && r.Why != "missing" {
+			diff = c.shortDiff(ctx, sh, f.Path, mf.Content)
 		}
-		files, err := c.remoteFiles(m)
-		if err != nil {
-			return nil, err
-		}
-		// The stat cache makes a converged host's check one stat per file
-		// instead of reading every binary; verify reads them all.
-		res, err := remote.CompareCached(ctx, sh, files, sumsCache)
-		if err != nil {
-			return nil, err
-		}
-		for i, r := range res {
-			if !r.Changed() {
-				continue
-			}
-			f, mf := files[i], m.Files[i]
-			c.planRestart(h.Name, mf.Components)
-			desc := fmt.Sprintf("write %s (%04o, %s)", f.Path, f.Mode.Perm(), r.Why)
-			diff := ""
-			if mf.Content != nil && r.Content && r.Why != "missing" {
-				diff = c.shortDiff(ctx, sh, f.Path, mf.Content)
-			}
-			actions = append(actions, plan.Action{Host: h.Name, Desc: desc, Diff: diff, Do: func(ctx context.Context) error {
-				// Mark first: if the write succeeds and the run dies before
-				// the restart, the next run still restarts.
-				if err := c.markRestart(ctx, sh, mf.Components); err != nil {
-					return err
-				}
-				_, err := remote.WriteFile(ctx, sh, f)
+		actions = append(actions, plan.Action{Host: h.Name, Desc: desc, Diff: diff, Do: func(ctx context.Context) error {
+			// Mark first: if the write succeeds and the run dies before
+			// the restart, the next run still restarts.
+			if err := c.markRestart(ctx, sh, mf.Components); err != nil {
 				return err
-			}})
-		}
+			}
+			_, err := remote.WriteFile(ctx, sh, f)
+			return err
+		}})
 	}
 	return actions, nil
 }
@@ -335,19 +352,6 @@ func lineSet(b []byte) map[string]bool {
 		m[l] = true
 	}
 	return m
-}
-
-// pendingRestarts lists the components marked for restart on a host.
-func pendingRestarts(ctx context.Context, sh remote.Host) (map[string]bool, error) {
-	out, err := sh.Run(ctx, "ls -1 "+restartDir+" 2>/dev/null || true", nil)
-	if err != nil {
-		return nil, err
-	}
-	m := map[string]bool{}
-	for _, l := range strings.Fields(string(out)) {
-		m[l] = true
-	}
-	return m, nil
 }
 
 func clearRestart(ctx context.Context, sh remote.Host, comp string) error {

@@ -50,6 +50,11 @@ func setup(t *testing.T, prefix, net string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A run that crashed (or was killed at a time limit) leaves its lab's
+	// state on disk: take that down first, or Up refuses.
+	if err := l.Down(t.Context()); err != nil {
+		t.Fatalf("lab down of a leftover lab: %v", err)
+	}
 	t.Cleanup(func() {
 		if err := l.Down(context.Background()); err != nil {
 			t.Errorf("lab down: %v", err)
