@@ -56,6 +56,11 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A run that crashed or was killed leaves its lab's state on disk:
+	// take that down first, or Up refuses.
+	if err := l.Down(t.Context()); err != nil {
+		t.Fatalf("lab down of a leftover lab: %v", err)
+	}
 	t.Cleanup(func() {
 		if err := l.Down(context.Background()); err != nil {
 			t.Errorf("lab down: %v", err)
