@@ -80,3 +80,25 @@ func TestHostFacts(t *testing.T) {
 		})
 	}
 }
+
+func TestSnapshotParsesUnitsMarkersAndData(t *testing.T) {
+	f := remotetest.New(t, "c1")
+	f.ExpectMatch(`^echo '@etcd'`).Returns("@etcd\nActiveState=active\nUnitFileState=enabled\nNeedDaemonReload=no\nActiveEnterTimestamp=Sun 2026-11-29 22:33:56 UTC\n" +
+		"@kube-apiserver\nActiveState=failed\nUnitFileState=disabled\nNeedDaemonReload=yes\nActiveEnterTimestamp=\n" +
+		"@kube-controller-manager\nActiveState=inactive\nUnitFileState=enabled\nNeedDaemonReload=no\n" +
+		"@kube-scheduler\nActiveState=active\nUnitFileState=enabled\nNeedDaemonReload=no\n" +
+		"@restart\nkube-apiserver\n@data\nyes\n")
+	cl := New(testInventory(t), Options{})
+	cl.planRestart("c1", []string{"kube-scheduler"}) // what a dry-run push planned
+	sn, err := cl.snapshot(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, a := sn.Units["etcd"], sn.Units["kube-apiserver"]
+	if !e.Active || !e.Enabled || e.NeedReload || a.Active || a.Enabled || !a.NeedReload || !sn.EtcdData {
+		t.Fatalf("%+v", sn)
+	}
+	if !sn.Pending["kube-apiserver"] || !sn.Pending["kube-scheduler"] || sn.Pending["etcd"] {
+		t.Fatalf("pending %v", sn.Pending)
+	}
+}

@@ -35,19 +35,24 @@ func queryUnit(ctx context.Context, sh remote.Host, unit string) (unitState, err
 	}
 	var st unitState
 	for _, l := range strings.Split(string(out), "\n") {
-		k, v, _ := strings.Cut(l, "=")
-		switch k {
-		case "ActiveState":
-			st.Active = v == "active"
-		case "UnitFileState":
-			st.Enabled = v == "enabled"
-		case "NeedDaemonReload":
-			st.NeedReload = v == "yes"
-		case "ActiveEnterTimestamp":
-			st.ActiveEnter = v
-		}
+		st.set(l)
 	}
 	return st, nil
+}
+
+// set takes one "Key=value" line of 'systemctl show'.
+func (st *unitState) set(line string) {
+	k, v, _ := strings.Cut(line, "=")
+	switch k {
+	case "ActiveState":
+		st.Active = v == "active"
+	case "UnitFileState":
+		st.Enabled = v == "enabled"
+	case "NeedDaemonReload":
+		st.NeedReload = v == "yes"
+	case "ActiveEnterTimestamp":
+		st.ActiveEnter = v
+	}
 }
 
 // snapshot is what one host's systemd and hardway's markers say, read with
@@ -86,17 +91,7 @@ func (c *Cluster) snapshot(ctx context.Context, sh remote.Host) (*snapshot, erro
 			sn.EtcdData = sn.EtcdData || l == "yes"
 		default:
 			st := sn.Units[section]
-			k, v, _ := strings.Cut(l, "=")
-			switch k {
-			case "ActiveState":
-				st.Active = v == "active"
-			case "UnitFileState":
-				st.Enabled = v == "enabled"
-			case "NeedDaemonReload":
-				st.NeedReload = v == "yes"
-			case "ActiveEnterTimestamp":
-				st.ActiveEnter = v
-			}
+			st.set(l)
 			sn.Units[section] = st
 		}
 	}
