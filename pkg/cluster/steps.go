@@ -103,10 +103,10 @@ func (c *Cluster) planFetch(ctx context.Context) ([]plan.Action, error) {
 	}
 	// Only "not in the cache yet" is something a download fixes; a lock
 	// mismatch or a bad version must stop here.
-	msg := err.Error()
-	if !strings.Contains(msg, "missing") && !strings.Contains(msg, "needs") && !strings.Contains(msg, "minor") {
+	if !errors.Is(err, release.ErrNotCached) {
 		return nil, err
 	}
+	msg := err.Error()
 	first := strings.SplitN(msg, "\n", 2)[0]
 	return []plan.Action{{Desc: "download and verify release binaries (" + first + ")", Do: func(ctx context.Context) error {
 		o := c.releaseOptions(false)

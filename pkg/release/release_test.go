@@ -455,12 +455,18 @@ func TestOffline(t *testing.T) {
 		if strings.Contains(err.Error(), "etcdctl") {
 			t.Error("etcdctl listed though it comes from the tarball")
 		}
+		if !errors.Is(err, ErrNotCached) || usererr.HintOf(err) == "" {
+			t.Errorf("a missing cache entry must be ErrNotCached with a hint: %v", err)
+		}
 	})
 	t.Run("without lock", func(t *testing.T) {
 		o := o
 		o.LockPath = filepath.Join(t.TempDir(), LockFileName)
 		_, err := Resolve(ctx, o)
 		wantErr(t, err, "--offline needs", "--from-bundle")
+		if !errors.Is(err, ErrNotCached) {
+			t.Errorf("no lock offline must be ErrNotCached: %v", err)
+		}
 	})
 	t.Run("workers added offline", func(t *testing.T) {
 		o := o

@@ -172,8 +172,8 @@ func (r *resolver) resolve(ctx context.Context) (*Set, error) {
 		v := k8sReq.V
 		if k8sReq.Minor {
 			if o.Offline {
-				return nil, usererr.Errorf("write an exact kubernetesVersion, or run 'hardway fetch' once with network access to pin the minor in "+o.LockPath,
-					"kubernetes %s is a minor, and resolving it needs the mirror; --offline has no lock to read it from", o.Kubernetes)
+				return nil, notCached(usererr.Errorf("write an exact kubernetesVersion, or run 'hardway fetch' once with network access to pin the minor in "+o.LockPath,
+					"kubernetes %s is a minor, and resolving it needs the mirror; --offline has no lock to read it from", o.Kubernetes))
 			}
 			if v, err = r.f.resolveMinor(ctx, o.KubernetesMirror, k8sReq); err != nil {
 				return nil, err
@@ -241,8 +241,8 @@ func checkLockVersions(l *Lock, lockPath string, k8s, etcd Requested, arch strin
 // fromCache fills arts from the cache alone and names everything missing.
 func (r *resolver) fromCache(specs []spec, arts []Artifact) error {
 	if r.lock == nil {
-		return usererr.Errorf("run 'hardway fetch' once with network access, or 'hardway fetch --from-bundle FILE' from a bundle made elsewhere",
-			"--offline needs %s to know which bytes to use, and there is none", r.opts.LockPath)
+		return notCached(usererr.Errorf("run 'hardway fetch' once with network access, or 'hardway fetch --from-bundle FILE' from a bundle made elsewhere",
+			"--offline needs %s to know which bytes to use, and there is none", r.opts.LockPath))
 	}
 	var missing []string
 	for i, s := range specs {
@@ -270,8 +270,8 @@ func (r *resolver) fromCache(specs []spec, arts []Artifact) error {
 		}
 	}
 	if len(missing) > 0 {
-		return usererr.Errorf("run 'hardway fetch' with network access, or 'hardway fetch --from-bundle FILE', to fill the cache",
-			"--offline: %d artifact(s) missing:\n  %s", len(missing), strings.Join(missing, "\n  "))
+		return notCached(usererr.Errorf("run 'hardway fetch' with network access, or 'hardway fetch --from-bundle FILE', to fill the cache",
+			"--offline: %d artifact(s) missing:\n  %s", len(missing), strings.Join(missing, "\n  ")))
 	}
 	return nil
 }
@@ -518,3 +518,15 @@ func humanSize(n int64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
+
+// ErrNotCached marks an --offline failure that a download would fix: the
+// lock or an artifact is not in the cache yet. Callers test it with
+// errors.Is instead of reading the message.
+var ErrNotCached = errors.New("not in the cache")
+
+type notCachedError struct{ err error }
+
+func notCached(err error) error               { return notCachedError{err} }
+func (e notCachedError) Error() string        { return e.err.Error() }
+func (e notCachedError) Unwrap() error        { return e.err }
+func (e notCachedError) Is(target error) bool { return target == ErrNotCached }
