@@ -1,20 +1,14 @@
 package units
 
 import (
-	"archive/tar"
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
+	"github.com/hardway/hardway/internal/mirrortest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -23,16 +17,9 @@ import (
 
 // The versions the e2e mirror holds (hack/mirror/build.sh).
 const (
-	mirrorK8s  = "v1.36.3"
-	mirrorEtcd = "v3.6.16"
+	mirrorK8s  = mirrortest.Kubernetes
+	mirrorEtcd = mirrortest.Etcd
 )
-
-func mirrorDir() string {
-	if d := os.Getenv("HARDWAY_MIRROR"); d != "" {
-		return d
-	}
-	return "/var/tmp/hardway/mirror"
-}
 
 // TestFlagsAgainstRealBinaries asks the real release binaries whether they
 // know every flag hardway renders: a flag removed upstream fails here
@@ -209,82 +196,12 @@ func firstLines(s string, n int) string {
 	return strings.Join(l, "\n")
 }
 
-// realBinary returns the component's binary from the mirror after checking
-// its published digest; it skips when the mirror does not have it.
+// realBinary returns the component's binary from the mirror, verified
+// against its published digest (internal/mirrortest).
 func realBinary(t *testing.T, c string) string {
 	t.Helper()
 	if c == Etcd {
-		return etcdFromTarball(t)
+		return filepath.Join(mirrortest.EtcdBinaries(t, "etcd"), "etcd")
 	}
-	p := filepath.Join(mirrorDir(), "kubernetes", "release", mirrorK8s, "bin", "linux", runtime.GOARCH, c)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("no %s in the release mirror (%s): build it with hack/mirror/build.sh (or set HARDWAY_MIRROR)", c, p)
-	}
-	want, err := os.ReadFile(p + ".sha256")
-	if err != nil {
-		t.Fatalf("%s has no .sha256 beside it: refusing to run an unverified binary", p)
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := sha256.Sum256(b); hex.EncodeToString(got[:]) != strings.TrimSpace(string(want)) {
-		t.Fatalf("%s: sha256 does not match %s.sha256", p, p)
-	}
-	return p
-}
-
-func etcdFromTarball(t *testing.T) string {
-	t.Helper()
-	name := fmt.Sprintf("etcd-%s-linux-%s", mirrorEtcd, runtime.GOARCH)
-	dir := filepath.Join(mirrorDir(), "etcd", mirrorEtcd)
-	tgz := filepath.Join(dir, name+".tar.gz")
-	data, err := os.ReadFile(tgz)
-	if err != nil {
-		t.Skipf("no etcd tarball in the release mirror (%s): build it with hack/mirror/build.sh (or set HARDWAY_MIRROR)", tgz)
-	}
-	sums, err := os.ReadFile(filepath.Join(dir, "SHA256SUMS"))
-	if err != nil {
-		t.Fatalf("no SHA256SUMS beside %s: refusing to run an unverified binary", tgz)
-	}
-	sum := sha256.Sum256(data)
-	found := false
-	sc := bufio.NewScanner(bytes.NewReader(sums))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 2 && strings.TrimPrefix(f[1], "*") == name+".tar.gz" {
-			found = f[0] == hex.EncodeToString(sum[:])
-		}
-	}
-	if !found {
-		t.Fatalf("%s: sha256 does not match SHA256SUMS", tgz)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Name != name+"/etcd" {
-			continue
-		}
-		out := filepath.Join(t.TempDir(), "etcd")
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(out, b, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	t.Fatalf("%s has no %s/etcd", tgz, name)
-	return ""
+	return mirrortest.KubeBinary(t, c)
 }

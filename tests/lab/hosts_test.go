@@ -1,13 +1,7 @@
 package lab_test
 
 import (
-	"archive/tar"
-	"bufio"
-	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
-	"io"
+	"github.com/hardway/hardway/internal/mirrortest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,22 +67,8 @@ func TestRebootKeepsIdentityAndUnits(t *testing.T) {
 func TestEtcdSmoke(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
-	const version = "v3.6.16"
-	mirror := os.Getenv("HARDWAY_MIRROR")
-	if mirror == "" {
-		mirror = "/var/tmp/hardway/mirror"
-	}
-	name := "etcd-" + version + "-linux-amd64"
-	tgz := filepath.Join(mirror, "etcd", version, name+".tar.gz")
-	want, err := sumFor(filepath.Join(mirror, "etcd", version, "SHA256SUMS"), name+".tar.gz")
-	if err != nil {
-		t.Fatalf("%v\nbuild the mirror first: hack/mirror/build.sh (or make mirror)", err)
-	}
-	if got := fileSHA256(t, tgz); got != want {
-		t.Fatalf("%s: sha256 %s, SHA256SUMS says %s", tgz, got, want)
-	}
-	bin := t.TempDir()
-	extract(t, tgz, name+"/", bin, "etcd", "etcdctl")
+	const version = mirrortest.Etcd
+	bin := mirrortest.EtcdBinaries(t, "etcd", "etcdctl")
 
 	tl := startLab(t, "hwt4", "10.240.11", 1)
 	const h = "controller-1"
@@ -115,80 +95,6 @@ func TestEtcdSmoke(t *testing.T) {
 	}
 	if got := tl.mustSSH(t, h, "etcdctl put /hw/smoke ok >/dev/null && etcdctl get --print-value-only /hw/smoke"); got != "ok" {
 		t.Errorf("etcdctl put/get = %q, want ok", got)
-	}
-}
-
-func sumFor(sumsPath, file string) (string, error) {
-	f, err := os.Open(sumsPath)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fs := strings.Fields(sc.Text()); len(fs) == 2 && strings.TrimPrefix(fs[1], "*") == file {
-			return fs[0], nil
-		}
-	}
-	return "", fmt.Errorf("%s: no line for %s", sumsPath, file)
-}
-
-func fileSHA256(t *testing.T, path string) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// extract copies the named files from dir prefix of a .tar.gz into dst.
-func extract(t *testing.T, tgz, prefix, dst string, names ...string) {
-	t.Helper()
-	f, err := os.Open(tgz)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(zr)
-	want := map[string]bool{}
-	for _, n := range names {
-		want[prefix+n] = true
-	}
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !want[hdr.Name] {
-			continue
-		}
-		out, err := os.OpenFile(filepath.Join(dst, filepath.Base(hdr.Name)), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(out, tr); err != nil {
-			t.Fatal(err)
-		}
-		if err := out.Close(); err != nil {
-			t.Fatal(err)
-		}
-		delete(want, hdr.Name)
-	}
-	if len(want) > 0 {
-		t.Fatalf("%s lacks %v", tgz, want)
 	}
 }
 

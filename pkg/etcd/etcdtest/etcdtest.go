@@ -3,20 +3,16 @@
 package etcdtest
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"encoding/pem"
 	"fmt"
-	"io"
+	"github.com/hardway/hardway/internal/mirrortest"
 	"math/big"
 	"net"
 	"os"
@@ -28,57 +24,13 @@ import (
 )
 
 // Version is the etcd the tests run.
-const Version = "v3.6.16"
+const Version = mirrortest.Etcd
 
-// Binary returns the path of a verified etcd binary extracted from the
-// mirror. Without HARDWAY_MIRROR set the test is skipped (plain `go test`
-// on a laptop); with it set (make test) a missing tarball fails the test.
+// Binary returns a verified etcd binary (etcd, etcdctl, etcdutl) from the
+// mirror; see internal/mirrortest for when a missing mirror skips or fails.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
-	mirror := os.Getenv("HARDWAY_MIRROR")
-	if mirror == "" {
-		t.Skip("HARDWAY_MIRROR not set: run 'make mirror' and set HARDWAY_MIRROR to run tests against a real etcd")
-	}
-	dir := filepath.Join(mirror, "etcd", Version)
-	tgz := fmt.Sprintf("etcd-%s-linux-amd64.tar.gz", Version)
-	sums, err := os.ReadFile(filepath.Join(dir, "SHA256SUMS"))
-	if err != nil {
-		t.Fatalf("the mirror has no etcd %s (run 'make mirror'): %v", Version, err)
-	}
-	data, err := os.ReadFile(filepath.Join(dir, tgz))
-	if err != nil {
-		t.Fatalf("the mirror has no etcd tarball: %v", err)
-	}
-	sum := sha256.Sum256(data)
-	if !strings.Contains(string(sums), hex.EncodeToString(sum[:])+"  "+tgz) {
-		t.Fatalf("%s does not match SHA256SUMS", tgz)
-	}
-	out := filepath.Join(t.TempDir(), name)
-	gz, err := gzip.NewReader(strings.NewReader(string(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			t.Fatalf("%s not in %s", name, tgz)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if filepath.Base(h.Name) == name && h.Typeflag == tar.TypeReg {
-			f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY, 0o755)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.Copy(f, tr); err != nil {
-				t.Fatal(err)
-			}
-			f.Close()
-			return out
-		}
-	}
+	return filepath.Join(mirrortest.EtcdBinaries(t, name), name)
 }
 
 // Cluster is a running etcd cluster on 127.0.0.1.
