@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/hardway/hardway/internal/labtest"
+	"github.com/hardway/hardway/internal/mirrortest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,43 +43,14 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("tests/daemon needs root (network namespaces, systemd-nspawn): run as root, as CI does")
-	}
-	mirror := os.Getenv("HARDWAY_MIRROR")
-	if mirror == "" {
-		mirror = "/var/tmp/hardway/mirror"
-	}
+	labtest.RequireRoot(t)
+	mirror := mirrortest.Dir()
 	if _, err := os.Stat(filepath.Join(mirror, "kubernetes/release/v1.36.3/bin/linux/amd64/kube-apiserver")); err != nil {
 		t.Fatalf("the release mirror is missing: run 'make mirror' (%v)", err)
 	}
 	dir := t.TempDir()
-	l, err := lab.New(lab.Config{Dir: filepath.Join(dir, "lab"), Prefix: "hwm", Net: "10.240.8", Mirror: mirror, Log: testLog{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A run that crashed or was killed leaves its lab's state on disk:
-	// take that down first, or Up refuses.
-	if err := l.Down(t.Context()); err != nil {
-		t.Fatalf("lab down of a leftover lab: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(context.Background()); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
-	res, err := l.Up(t.Context())
-	if err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
+	_, res := labtest.Start(t, lab.Config{Dir: filepath.Join(dir, "lab"), Prefix: "hwm", Net: "10.240.8", Mirror: mirror})
 	return &env{t: t, dir: dir, inv: res.Inventory, cacheDir: filepath.Join(dir, "cache"), res: res}
-}
-
-type testLog struct{ t *testing.T }
-
-func (l testLog) Write(p []byte) (int, error) {
-	l.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 // up builds the control plane. It is not what this suite tests, and a

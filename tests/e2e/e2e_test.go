@@ -9,6 +9,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/hardway/hardway/internal/labtest"
+	"github.com/hardway/hardway/internal/mirrortest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,45 +35,16 @@ type env struct {
 
 func setup(t *testing.T, prefix, net string) *env {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("tests/e2e needs root (network namespaces, systemd-nspawn): run as root, as CI does")
-	}
-	mirror := os.Getenv("HARDWAY_MIRROR")
-	if mirror == "" {
-		mirror = "/var/tmp/hardway/mirror"
-	}
+	labtest.RequireRoot(t)
+	mirror := mirrortest.Dir()
 	for _, p := range []string{"kubernetes/release/v1.36.3/bin/linux/amd64/kube-apiserver", "etcd/v3.6.16/SHA256SUMS"} {
 		if _, err := os.Stat(filepath.Join(mirror, p)); err != nil {
 			t.Fatalf("the release mirror lacks %s: run 'make mirror' (%v)", p, err)
 		}
 	}
 	dir := t.TempDir()
-	l, err := lab.New(lab.Config{Dir: dir, Prefix: prefix, Net: net, Mirror: mirror, Log: testLog{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A run that crashed (or was killed at a time limit) leaves its lab's
-	// state on disk: take that down first, or Up refuses.
-	if err := l.Down(t.Context()); err != nil {
-		t.Fatalf("lab down of a leftover lab: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(context.Background()); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
-	res, err := l.Up(t.Context())
-	if err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
+	_, res := labtest.Start(t, lab.Config{Dir: dir, Prefix: prefix, Net: net, Mirror: mirror})
 	return &env{t: t, inv: res.Inventory, cacheDir: filepath.Join(dir, "cache"), res: res, mirror: mirror}
-}
-
-type testLog struct{ t *testing.T }
-
-func (l testLog) Write(p []byte) (int, error) {
-	l.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 // hardway runs the CLI in-process and returns exit code, stdout, stderr.

@@ -118,7 +118,7 @@ func TestFailedUpUndoesItself(t *testing.T) {
 	requireRoot(t)
 	const prefix = "hwt6"
 	l, err := lab.New(lab.Config{Dir: t.TempDir(), Prefix: prefix, Net: "10.240.14", Hosts: 1,
-		BootTimeout: time.Millisecond, Log: testLog{t}})
+		BootTimeout: time.Millisecond, Log: testLog{T: t}})
 	if err != nil {
 		t.Fatal(err)
 	}

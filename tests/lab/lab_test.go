@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/hardway/hardway/internal/labtest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,18 +19,7 @@ import (
 	"github.com/hardway/hardway/pkg/lab"
 )
 
-// requireRoot is the one allowed skip: without root there is nothing to test.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("tests/lab needs root (network namespaces, mounts, systemd-nspawn): run as root, as CI does")
-	}
-	for _, tool := range []string{"ip", "systemd-nspawn", "debootstrap", "ssh", "scp"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: run hack/setup.sh", tool)
-		}
-	}
-}
+func requireRoot(t *testing.T) { labtest.RequireRoot(t) }
 
 type testLab struct {
 	*lab.Lab
@@ -41,21 +31,8 @@ type testLab struct {
 // it fails.
 func startLab(t *testing.T, prefix, net string, hosts int) *testLab {
 	t.Helper()
-	requireRoot(t)
-	cfg := lab.Config{Dir: t.TempDir(), Prefix: prefix, Net: net, Hosts: hosts, Log: testLog{t}}
-	l, err := lab.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(context.Background()); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
-	res, err := l.Up(t.Context())
-	if err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
+	cfg := lab.Config{Dir: t.TempDir(), Prefix: prefix, Net: net, Hosts: hosts, Log: testLog{T: t}}
+	l, res := labtest.Start(t, cfg)
 	return &testLab{Lab: l, cfg: cfg, res: res}
 }
 
@@ -84,12 +61,7 @@ func (tl *testLab) mustSSH(t *testing.T, host, cmd string) string {
 	return out
 }
 
-type testLog struct{ t *testing.T }
-
-func (w testLog) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
+type testLog = labtest.Log
 
 // leftovers lists everything of lab `prefix` still on the machine.
 func leftovers(t *testing.T, prefix string) []string {
@@ -180,7 +152,7 @@ func TestUpDownTwice(t *testing.T) {
 	for round := 1; round <= 2; round++ {
 		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
 			dir := t.TempDir()
-			cfg := lab.Config{Dir: dir, Prefix: prefix, Net: "10.240.9", Hosts: 2, Log: testLog{t}}
+			cfg := lab.Config{Dir: dir, Prefix: prefix, Net: "10.240.9", Hosts: 2, Log: testLog{T: t}}
 			l, err := lab.New(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -319,7 +291,7 @@ func TestRefusesBusyNetwork(t *testing.T) {
 					t.Fatalf("ip %v: %v: %s", args, err, out)
 				}
 			}
-			l, err := lab.New(lab.Config{Dir: t.TempDir(), Prefix: "hwt2", Net: tt.net, Hosts: 1, Log: testLog{t}})
+			l, err := lab.New(lab.Config{Dir: t.TempDir(), Prefix: "hwt2", Net: tt.net, Hosts: 1, Log: testLog{T: t}})
 			if err != nil {
 				t.Fatal(err)
 			}
