@@ -54,8 +54,8 @@ Air-gapped sites:
 }
 
 func (a *App) runFetch(cmd *cobra.Command, fl fetchFlags) error {
-	if fl.output != "text" && fl.output != "json" {
-		return usageError{fmt.Errorf("--output %q: use text or json", fl.output)}
+	if err := checkOutputFlag(fl.output); err != nil {
+		return err
 	}
 	if fl.fromBundle != "" && (fl.bundle != "" || fl.offline) {
 		return usageError{fmt.Errorf("--from-bundle cannot be combined with --bundle or --offline")}

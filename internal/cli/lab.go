@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hardway/hardway/pkg/lab"
-	"github.com/hardway/hardway/pkg/usererr"
 )
 
 func (a *App) newLabCmd() *cobra.Command {
@@ -30,13 +29,18 @@ writes lab/inventory.yaml for them:
 		"name prefix of the lab's namespaces, links and containers (one lab per prefix)")
 	cmd.PersistentFlags().StringVar(&cfg.Root, "root", lab.DefaultRoot, "where the lab keeps its state, overlays and base rootfs")
 
+	// Progress goes to stderr; the flags above are read when a command runs.
+	newLab := func() (*lab.Lab, error) {
+		cfg.Log = a.Stderr
+		return lab.New(cfg)
+	}
+
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Create and boot the lab hosts, write the inventory",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg.Log = a.Stderr
-			l, err := lab.New(cfg)
+			l, err := newLab()
 			if err != nil {
 				return err
 			}
@@ -61,8 +65,7 @@ writes lab/inventory.yaml for them:
 		Short: "Stop the lab and remove everything it created",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg.Log = a.Stderr
-			l, err := lab.New(cfg)
+			l, err := newLab()
 			if err != nil {
 				return err
 			}
@@ -84,14 +87,13 @@ writes lab/inventory.yaml for them:
 			if err != nil {
 				return err
 			}
-			switch output {
-			case "json":
+			if err := checkOutputFlag(output); err != nil {
+				return err
+			}
+			if output == "json" {
 				enc := json.NewEncoder(a.Stdout)
 				enc.SetIndent("", "  ")
 				return enc.Encode(st)
-			case "", "text":
-			default:
-				return usererr.WithCode(fmt.Errorf("-o %q: want text or json", output), usererr.CodeUsage, "")
 			}
 			if !st.Up {
 				fmt.Fprintf(a.Stdout, "lab %q is not up (start it with: hardway lab up)\n", st.Prefix)

@@ -72,7 +72,7 @@ with a short diff) and nothing is changed.`,
 	f.BoolVar(&o.dryRun, "dry-run", false, "print the plan and change nothing")
 	f.StringSliceVar(&o.only, "only", nil, "run only these steps (comma-separated)")
 	f.StringSliceVar(&o.skip, "skip", nil, "skip these steps (comma-separated)")
-	f.StringVarP(&o.output, "output", "o", "", "json: print the result as JSON on stdout (progress goes to stderr)")
+	f.StringVarP(&o.output, "output", "o", "text", "text, or json: the result as JSON on stdout (progress goes to stderr)")
 	f.BoolVar(&o.acceptNewHostKeys, "accept-new-host-keys", false, "trust and record the key of a host not yet in known_hosts (a changed key is always refused)")
 	f.BoolVar(&o.removeStaleMembers, "remove-stale-members", false, "remove etcd members that are not in the inventory (a rebuilt host)")
 	f.StringVar(&o.cacheDir, "cache-dir", "", "download cache (default $XDG_CACHE_HOME/hardway)")
@@ -82,11 +82,12 @@ with a short diff) and nothing is changed.`,
 }
 
 func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir, o upOptions) error {
+	if err := checkOutputFlag(o.output); err != nil {
+		return err
+	}
 	out := a.Stdout
 	if o.output == "json" {
-		out = a.Stderr
-	} else if o.output != "" {
-		return usageError{fmt.Errorf("unknown output format %q (want json)", o.output)}
+		out = a.Stderr // progress; the result goes to stdout
 	}
 	ro := release.OptionsFor(inv)
 	ro.CacheDir, ro.Offline, ro.UpdateLock = o.cacheDir, o.offline, o.updateLock

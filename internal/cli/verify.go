@@ -34,8 +34,8 @@ It never uses componentstatuses (deprecated, and it probes ports that no
 longer exist). Exit code 1 when any check fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "" && output != "json" && output != "table" {
-				return usageError{fmt.Errorf("unknown output format %q (want table or json)", output)}
+			if err := checkOutputFlag(output); err != nil {
+				return err
 			}
 			inv, err := a.loadInventory()
 			if err != nil {
@@ -65,7 +65,7 @@ longer exist). Exit code 1 when any check fails.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text (a table) or json")
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "time limit per check")
 	cmd.Flags().StringVar(&cacheDir, "cache-dir", "", "download cache (default $XDG_CACHE_HOME/hardway)")
 	return cmd
