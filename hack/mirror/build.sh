@@ -24,7 +24,7 @@ GOARCH=${GOARCH:-$(go env GOARCH)}
 MIRROR=${HARDWAY_MIRROR:-/var/tmp/hardway/mirror}
 WORK=${HARDWAY_MIRROR_WORK:-$(dirname "$MIRROR")/mirror-work}
 
-K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 ETCD_BINS=(etcd etcdctl etcdutl)
 
 # The wrapper modules live outside any checkout; never let a go.work or the
