@@ -57,6 +57,15 @@ tag_time() { (cd "$WORK" && go mod download -json "$1") | json_field Info | xarg
 # module's availability check fail on the next run
 install_gomod() { local tmp="$1/go.mod.tmp"; cat > "$tmp"; mv -f "$tmp" "$1/go.mod"; }
 
+# says WANT CMD...: CMD's output (stdout+stderr) has a line matching the regexp WANT. The output
+# is read whole first: `cmd | grep -q` under pipefail fails at random when grep exits at the first
+# match and cmd, still writing, dies of SIGPIPE (etcd --version prints four lines).
+says() {
+  local want=$1 out; shift
+  out=$("$@" 2>&1) || true
+  grep -q -- "$want" <<<"$out" || { echo "mirror: $* says:" >&2; echo "$out" >&2; return 1; }
+}
+
 mkdir -p "$WORK" "$MIRROR"
 T0=$(date +%s)
 
@@ -117,8 +126,7 @@ build_k8s() {
   log "kubernetes $K8S_VERSION: building ${K8S_BINS[*]} (cold: ~12 min on 2 cores)"
   rm -rf "$w/out"; mkdir -p "$w/out"
   (cd "$w" && go build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ld" -o "$w/out/" "${pkgs[@]}") >&2
-  "$w/out/kube-apiserver" --version | grep -qx "Kubernetes $K8S_VERSION" \
-    || die "kube-apiserver --version does not say $K8S_VERSION: $("$w/out/kube-apiserver" --version)"
+  says "^Kubernetes $K8S_VERSION\$" "$w/out/kube-apiserver" --version || die "kube-apiserver --version does not say $K8S_VERSION"
 
   mkdir -p "$k8s_dir"
   for b in "${K8S_BINS[@]}"; do
@@ -162,8 +170,7 @@ build_etcd() {
      b=$m; [ "$m" = server ] && b=etcd
      go build -trimpath -ldflags "-s -w" -o "$w/out/$etcd_name/$b" "go.etcd.io/etcd/$m/v3" || exit 1
    done) >&2
-  "$w/out/$etcd_name/etcd" --version | grep -q "etcd Version: ${ETCD_VERSION#v}\$" \
-    || die "etcd --version does not say ${ETCD_VERSION#v}"
+  says "^etcd Version: ${ETCD_VERSION#v}\$" "$w/out/$etcd_name/etcd" --version || die "etcd --version does not say ${ETCD_VERSION#v}"
 
   # a reproducible tarball: fixed order, owner and mtime (the tag's), gzip without a timestamp
   mkdir -p "$etcd_dir"
