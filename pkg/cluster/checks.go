@@ -66,7 +66,7 @@ func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Resu
 		return []verify.Result{res("host/ssh", verify.Failf(h.Name, hintOf(err, "check the address, the SSH key and known_hosts"), "%v", err))}
 	}
 	out := []verify.Result{res("host/ssh", verify.OKf(h.Name, "connected, host key verified"))}
-	for _, comp := range units.Components() {
+	for _, comp := range units.Names(units.ControlPlane) {
 		st, err := queryUnit(ctx, sh, comp+".service")
 		switch {
 		case err != nil:

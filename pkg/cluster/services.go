@@ -66,7 +66,7 @@ type snapshot struct {
 
 func (c *Cluster) snapshot(ctx context.Context, sh remote.Host) (*snapshot, error) {
 	var script strings.Builder
-	for _, comp := range units.Components() {
+	for _, comp := range units.Names(units.ControlPlane) {
 		fmt.Fprintf(&script, "echo '@%s'; systemctl show -p ActiveState -p UnitFileState -p NeedDaemonReload -p ActiveEnterTimestamp %s\n", comp, remote.Quote(comp+".service"))
 	}
 	fmt.Fprintf(&script, "echo '@restart'; ls -1 %s 2>/dev/null || true\n", restartDir)

@@ -45,24 +45,19 @@ type flagDef struct {
 
 // Flags returns the flags component runs with on host h, sorted by name.
 func Flags(inv *inventory.Inventory, h inventory.Host, component string) ([]Flag, error) {
-	var defs []flagDef
-	var v *version.Version
-	switch component {
-	case Etcd:
-		defs, v = etcdFlags(inv, h), inv.Etcd
-	case APIServer:
-		defs, v = apiserverFlags(inv, h), inv.K8s
-	case ControllerManager:
-		defs, v = controllerManagerFlags(inv), inv.K8s
-	case Scheduler:
-		defs, v = schedulerFlags(), inv.K8s
-	default:
+	c, ok := Lookup(component)
+	if !ok {
 		return nil, fmt.Errorf("unknown component %q", component)
 	}
+	return c.hostFlags(inv, h)
+}
+
+func (c Component) hostFlags(inv *inventory.Inventory, h inventory.Host) ([]Flag, error) {
+	v := c.version(inv)
 	if v == nil {
-		return nil, fmt.Errorf("%s: no version in the inventory", component)
+		return nil, fmt.Errorf("%s: no version in the inventory", c.Name)
 	}
-	return selectFlags(component, defs, v)
+	return selectFlags(c.Name, c.flags(inv, h), v)
 }
 
 func selectFlags(component string, defs []flagDef, v *version.Version) ([]Flag, error) {
@@ -157,7 +152,7 @@ func etcdFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		{"", "peer-key-file", EtcdPeerKey, "key of the peer certificate"},
 		{"", "peer-trusted-ca-file", EtcdCACert, "peer certificates must be signed by the cluster CA"},
 		{"", "peer-client-cert-auth", "true", "reject peers without a certificate from the CA"},
-		{"", "listen-metrics-urls", EtcdMetricsURL, "/health and /metrics on loopback without client certificates, for probes"},
+		{"", "listen-metrics-urls", "http://" + hostPort("127.0.0.1", EtcdMetricsPort), "/health and /metrics on loopback without client certificates, for probes"},
 		{"< 3.6.0", "snapshot-count", "10000", "3.5 keeps 100000 Raft entries in memory by default; 3.6 lowered it to 10000 (kubeadm's value)"},
 		{"< 3.6.0", "experimental-initial-corrupt-check", "true", "check the data for corruption before serving (3.5 spelling)"},
 		{"< 3.6.0", "experimental-watch-progress-notify-interval", "5s", "watch progress notifications the apiserver's watch cache relies on (3.5 spelling)"},

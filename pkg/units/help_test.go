@@ -34,7 +34,7 @@ func TestFlagsAgainstRealBinaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := ms[0]
-	for _, c := range Components() {
+	for _, c := range Names(ControlPlane) {
 		t.Run(c, func(t *testing.T) {
 			bin := realBinary(t, c)
 			for _, p := range checkFlags(t, bin, c, m.Flags[c]) {

@@ -10,18 +10,6 @@ import (
 	"github.com/hardway/hardway/pkg/state"
 )
 
-// Components, in the order they start: etcd first (the apiserver needs a
-// quorum), the apiserver before its clients.
-const (
-	Etcd              = "etcd"
-	APIServer         = "kube-apiserver"
-	ControllerManager = "kube-controller-manager"
-	Scheduler         = "kube-scheduler"
-)
-
-// Components lists the control-plane services in start order.
-func Components() []string { return []string{Etcd, APIServer, ControllerManager, Scheduler} }
-
 // SourceKind says where a file that is not rendered comes from.
 type SourceKind string
 
@@ -86,9 +74,11 @@ type Dir struct {
 
 // Manifest is everything one control-plane host needs, sorted by path.
 type Manifest struct {
-	Host  string
-	Dirs  []Dir
-	Files []File
+	Host string
+	// Components are the services the host runs, in start order.
+	Components []string
+	Dirs       []Dir
+	Files      []File
 	// Flags are each component's command-line flags with the reason for
 	// each, as rendered into its unit (for --explain).
 	Flags map[string][]Flag
@@ -111,8 +101,8 @@ func Restarts(changed []File) []string {
 	var out []string
 	for _, c := range Components() {
 		for _, f := range changed {
-			if slices.Contains(f.Components, c) {
-				out = append(out, c)
+			if slices.Contains(f.Components, c.Name) {
+				out = append(out, c.Name)
 				break
 			}
 		}

@@ -64,16 +64,6 @@ const (
 	ModePriv   fs.FileMode = 0o700
 )
 
-// Ports a control-plane host listens on.
-const (
-	APIServerPort         = 6443
-	ControllerManagerPort = 10257
-	SchedulerPort         = 10259
-	EtcdClientPort        = 2379
-	EtcdPeerPort          = 2380
-	EtcdMetricsURL        = "http://127.0.0.1:2381" // plain HTTP /health and /metrics, loopback only
-)
-
 // Unit file and binary of a component.
 func UnitPath(component string) string { return UnitDir + "/" + component + ".service" }
 func BinPath(name string) string       { return BinDir + "/" + name }

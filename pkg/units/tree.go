@@ -39,7 +39,7 @@ func Explain(w io.Writer, ms []Manifest) error {
 		if _, err := fmt.Fprintf(w, "# %s\n", m.Host); err != nil {
 			return err
 		}
-		for _, c := range Components() {
+		for _, c := range m.Components {
 			fmt.Fprintf(w, "## %s %s\n", c, m.Versions[c])
 			for _, f := range m.Flags[c] {
 				if _, err := fmt.Fprintf(w, "%-70s %s\n", f.Arg(), f.Reason); err != nil {

@@ -148,7 +148,7 @@ func TestFlagsPerVersion(t *testing.T) {
 				want[Etcd]["experimental-initial-corrupt-check"] = "true"
 				want[Etcd]["experimental-watch-progress-notify-interval"] = "5s"
 			}
-			for _, c := range Components() {
+			for _, c := range Names(ControlPlane) {
 				got := flagMap(t, inv, h, c)
 				for name, val := range want[c] {
 					if got[name] != val {
@@ -288,7 +288,7 @@ func TestFlagPathsInManifest(t *testing.T) {
 			t.Errorf("%s --%s=%s: not in the manifest", c, f.Name, f.Value)
 		}
 	}
-	for _, c := range Components() {
+	for _, c := range Names(ControlPlane) {
 		f, ok := m.File(BinPath(c))
 		if !ok || f.Source == nil || f.Source.Kind != SourceBinary || f.Mode != ModeExec {
 			t.Errorf("binary of %s missing from the manifest: %+v", c, f)
@@ -431,7 +431,7 @@ func TestSelectFlagsRejectsDuplicatesAndBadConstraints(t *testing.T) {
 	if _, err := selectFlags("x", []flagDef{{"~> nonsense", "a", "1", "r"}}, inv.K8s); err == nil {
 		t.Error("bad constraint accepted")
 	}
-	if _, err := Flags(inv, inv.ControlPlane[0], "kubelet"); err == nil {
+	if _, err := Flags(inv, inv.ControlPlane[0], "kubelet-x"); err == nil {
 		t.Error("unknown component accepted")
 	}
 }

@@ -1,0 +1,256 @@
+package units
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+
+	"github.com/hashicorp/go-version"
+
+	"github.com/hardway/hardway/pkg/inventory"
+)
+
+// Components, in the order they start: etcd first (the apiserver needs a
+// quorum), the apiserver before its clients.
+const (
+	Etcd              = "etcd"
+	APIServer         = "kube-apiserver"
+	ControllerManager = "kube-controller-manager"
+	Scheduler         = "kube-scheduler"
+)
+
+// Role says which hosts run a component.
+type Role string
+
+const (
+	ControlPlane Role = "control-plane"
+	Worker       Role = "worker"
+)
+
+// Ports the components listen on. The table rows below are the only other
+// place they appear; everything else reads them from a row.
+const (
+	EtcdClientPort        = 2379
+	EtcdPeerPort          = 2380
+	EtcdMetricsPort       = 2381 // plain HTTP /health and /metrics, loopback only
+	APIServerPort         = 6443
+	ControllerManagerPort = 10257
+	SchedulerPort         = 10259
+)
+
+// Port is one port a component listens on.
+type Port struct {
+	Number   int
+	Name     string // "client", "peer", "secure", ...
+	Loopback bool   // bound to 127.0.0.1 only
+}
+
+// Health is where a component says it is healthy, on the host's loopback.
+// A zero Health (Scheme "") means the component has no HTTP health endpoint.
+type Health struct {
+	Scheme string // "https" or "http"
+	Port   int
+	Path   string // "/readyz", "/healthz", "/health"
+}
+
+// URL is the health endpoint on host (usually "127.0.0.1").
+func (h Health) URL(host string) string {
+	if h.Scheme == "" {
+		return ""
+	}
+	return h.Scheme + "://" + net.JoinHostPort(host, strconv.Itoa(h.Port)) + h.Path
+}
+
+// Binary is a release binary a component's host needs.
+type Binary struct {
+	Name string // name in the release set (pkg/release): "etcd", "kubectl", ...
+	Path string // where it goes on the host
+	// Tool: a command for people (etcdctl, kubectl); replacing it restarts nothing.
+	Tool bool
+}
+
+// Copy is a file a component needs that is copied from the state directory.
+type Copy struct {
+	Path string // on the host
+	Kind SourceKind
+	// Name is the PKI, key or kubeconfig name; PerHost appends "-<host>"
+	// (etcd-server-controller-1), each host holding only its own.
+	Name    string
+	PerHost bool
+	// NoRestart: the component does not read it (admin.kubeconfig is for
+	// people), so a change restarts nothing.
+	NoRestart bool
+}
+
+// Component is one row of the component table: every fact hardway knows
+// about one service, in one place. Render, the flags, 'hardway up' (ports,
+// health, restarts) and 'hardway verify' all read the rows.
+type Component struct {
+	Name    string // "kube-apiserver"
+	Unit    string // systemd unit: "kube-apiserver.service"
+	Role    Role
+	Process string // the process name as ss and /proc/<pid>/comm show it (15 characters at most)
+	// Binaries are the release binaries the host gets for this component;
+	// the first one is what the unit runs.
+	Binaries []Binary
+	Ports    []Port
+	Health   Health
+	// Files are the certificates, keys and kubeconfigs it reads.
+	Files []Copy
+	// Kubeconfig is the path of the kubeconfig it talks to the apiserver
+	// with ("" for etcd). It is also one of Files.
+	Kubeconfig string
+	// Configs are the config files rendered for it (besides its unit).
+	Configs []Config
+	// Dirs are the directories it needs before its files are written.
+	Dirs []Dir
+
+	unit    unitData // everything in the unit but ExecStart and its arguments
+	version func(inv *inventory.Inventory) *version.Version
+	flags   func(inv *inventory.Inventory, h inventory.Host) []flagDef
+}
+
+// Config is a config file rendered for a component.
+type Config struct {
+	Path   string
+	render func(r *renderer, h inventory.Host) ([]byte, error)
+}
+
+// Exec is the path of the binary the unit runs.
+func (c Component) Exec() string { return c.Binaries[0].Path }
+
+// Version is the version of the component the inventory asks for (nil if
+// the inventory has none parsed).
+func (c Component) Version(inv *inventory.Inventory) *version.Version { return c.version(inv) }
+
+func k8sVersion(inv *inventory.Inventory) *version.Version  { return inv.K8s }
+func etcdVersion(inv *inventory.Inventory) *version.Version { return inv.Etcd }
+
+// Components is the component table, in start order. It is a function, not
+// a variable, so that no caller can change it for everyone else.
+func Components() []Component {
+	bin := func(name string) Binary { return Binary{Name: name, Path: BinPath(name)} }
+	tool := func(name string) Binary { return Binary{Name: name, Path: BinPath(name), Tool: true} }
+	cert := func(path, name string) Copy { return Copy{Path: path, Kind: SourceCert, Name: name} }
+	key := func(path, name string) Copy { return Copy{Path: path, Kind: SourceKey, Name: name} }
+	kc := func(path, name string) Copy { return Copy{Path: path, Kind: SourceKubeconfig, Name: name} }
+	hostCert := func(path, name string) Copy { return Copy{Path: path, Kind: SourceCert, Name: name, PerHost: true} }
+	hostKey := func(path, name string) Copy { return Copy{Path: path, Kind: SourceKey, Name: name, PerHost: true} }
+	return []Component{
+		{
+			Name: Etcd, Unit: Etcd + ".service", Role: ControlPlane, Process: "etcd",
+			Binaries: []Binary{bin("etcd"), tool("etcdctl"), tool("etcdutl")},
+			Ports: []Port{
+				{Number: EtcdClientPort, Name: "client"},
+				{Number: EtcdPeerPort, Name: "peer"},
+				{Number: EtcdMetricsPort, Name: "metrics", Loopback: true},
+			},
+			Health: Health{Scheme: "http", Port: EtcdMetricsPort, Path: "/health"},
+			Dirs:   []Dir{{EtcdDir, ModePriv, Owner}, {EtcdDataDir, ModePriv, Owner}},
+			Files: []Copy{
+				cert(EtcdCACert, "ca"),
+				hostCert(EtcdServerCert, "etcd-server"), hostKey(EtcdServerKey, "etcd-server"),
+				hostCert(EtcdPeerCert, "etcd-peer"), hostKey(EtcdPeerKey, "etcd-peer"),
+			},
+			unit: unitData{Description: "etcd key-value store", Documentation: "https://etcd.io/docs/",
+				After: []string{"network-online.target"}, Wants: []string{"network-online.target"},
+				Type: "notify", LimitNOFILE: 65536, EnvironmentFile: "-" + EtcdJoinEnv},
+			version: etcdVersion, flags: etcdFlags,
+		},
+		{
+			Name: APIServer, Unit: APIServer + ".service", Role: ControlPlane, Process: "kube-apiserver",
+			Binaries: []Binary{bin(APIServer), tool("kubectl")},
+			Ports:    []Port{{Number: APIServerPort, Name: "secure"}},
+			Health:   Health{Scheme: "https", Port: APIServerPort, Path: "/readyz"},
+			Files: []Copy{
+				cert(CACert, "ca"),
+				cert(APIServerCert, "kube-apiserver"), key(APIServerKey, "kube-apiserver"),
+				cert(KubeletClientCert, "apiserver-kubelet-client"), key(KubeletClientKey, "apiserver-kubelet-client"),
+				cert(EtcdClientCert, "apiserver-etcd-client"), key(EtcdClientKey, "apiserver-etcd-client"),
+				key(ServiceAccountKey, "service-account"),
+				{Path: ServiceAccountPub, Kind: SourcePublicKey, Name: "service-account"},
+				cert(FrontProxyCACert, "front-proxy-ca"),
+				cert(FrontProxyClientCert, "front-proxy-client"), key(FrontProxyClientKey, "front-proxy-client"),
+				// The apiserver would reload it by itself; restarting makes a key
+				// rotation step certain instead of "within a minute".
+				{Path: EncryptionConfig, Kind: SourceEncryptionConfig},
+				// For people on the host (kubectl); the apiserver never reads it.
+				{Path: AdminKubeconfig, Kind: SourceKubeconfig, Name: "admin", NoRestart: true},
+			},
+			Configs: []Config{{Path: AuditPolicy, render: renderAuditPolicy}},
+			Dirs:    []Dir{{KubeDir, ModePriv, Owner}, {AuditLogDir, ModePriv, Owner}},
+			// The apiserver reports READY=1 once its listeners are up and its
+			// post-start hooks ran, so 'systemctl start' waits for it.
+			unit: unitData{Description: "Kubernetes API server",
+				Documentation: "https://kubernetes.io/docs/reference/command-line-tools-reference/kube-apiserver/",
+				After:         []string{"network-online.target", "etcd.service"}, Wants: []string{"network-online.target"},
+				Type: "notify", LimitNOFILE: 65536},
+			version: k8sVersion, flags: apiserverFlags,
+		},
+		{
+			// comm is cut to 15 characters: "kube-controller".
+			Name: ControllerManager, Unit: ControllerManager + ".service", Role: ControlPlane, Process: "kube-controller",
+			Binaries: []Binary{bin(ControllerManager)},
+			Ports:    []Port{{Number: ControllerManagerPort, Name: "secure", Loopback: true}},
+			Health:   Health{Scheme: "https", Port: ControllerManagerPort, Path: "/healthz"},
+			Files: []Copy{
+				cert(CACert, "ca"), key(CAKey, "ca"),
+				key(ServiceAccountKey, "service-account"),
+				cert(FrontProxyCACert, "front-proxy-ca"),
+				kc(ControllerManagerKube, "kube-controller-manager"),
+			},
+			Kubeconfig: ControllerManagerKube,
+			Dirs:       []Dir{{KubeDir, ModePriv, Owner}},
+			unit: unitData{Description: "Kubernetes controller manager",
+				Documentation: "https://kubernetes.io/docs/reference/command-line-tools-reference/kube-controller-manager/",
+				After:         []string{"kube-apiserver.service"}, Type: "simple"},
+			version: k8sVersion, flags: func(inv *inventory.Inventory, _ inventory.Host) []flagDef { return controllerManagerFlags(inv) },
+		},
+		{
+			Name: Scheduler, Unit: Scheduler + ".service", Role: ControlPlane, Process: "kube-scheduler",
+			Binaries:   []Binary{bin(Scheduler)},
+			Ports:      []Port{{Number: SchedulerPort, Name: "secure", Loopback: true}},
+			Health:     Health{Scheme: "https", Port: SchedulerPort, Path: "/healthz"},
+			Files:      []Copy{kc(SchedulerKube, "kube-scheduler")},
+			Kubeconfig: SchedulerKube,
+			Configs:    []Config{{Path: SchedulerConfig, render: renderSchedulerConfig}},
+			Dirs:       []Dir{{KubeDir, ModePriv, Owner}, {ConfigDir, ModeDir, Owner}},
+			unit: unitData{Description: "Kubernetes scheduler",
+				Documentation: "https://kubernetes.io/docs/reference/command-line-tools-reference/kube-scheduler/",
+				After:         []string{"kube-apiserver.service"}, Type: "simple"},
+			version: k8sVersion, flags: func(*inventory.Inventory, inventory.Host) []flagDef { return schedulerFlags() },
+		},
+	}
+}
+
+// Lookup returns the row of the named component.
+func Lookup(name string) (Component, bool) {
+	cs := Components()
+	i := slices.IndexFunc(cs, func(c Component) bool { return c.Name == name })
+	if i < 0 {
+		return Component{}, false
+	}
+	return cs[i], true
+}
+
+// MustLookup is Lookup for the names declared above; an unknown name is a
+// programming error.
+func MustLookup(name string) Component {
+	c, ok := Lookup(name)
+	if !ok {
+		panic(fmt.Sprintf("units: no component %q", name))
+	}
+	return c
+}
+
+// Names are the components of a role, in start order.
+func Names(role Role) []string {
+	var out []string
+	for _, c := range Components() {
+		if c.Role == role {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}

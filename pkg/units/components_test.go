@@ -1,0 +1,80 @@
+package units
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The table's facts, one per row: what 'hardway up' probes, what preflight
+// expects on each port, what ss shows.
+func TestComponentTable(t *testing.T) {
+	want := map[string]struct {
+		role    Role
+		process string
+		health  string
+		ports   []int
+	}{
+		Etcd:              {ControlPlane, "etcd", "http://127.0.0.1:2381/health", []int{2379, 2380, 2381}},
+		APIServer:         {ControlPlane, "kube-apiserver", "https://127.0.0.1:6443/readyz", []int{6443}},
+		ControllerManager: {ControlPlane, "kube-controller", "https://127.0.0.1:10257/healthz", []int{10257}},
+		Scheduler:         {ControlPlane, "kube-scheduler", "https://127.0.0.1:10259/healthz", []int{10259}},
+	}
+	ports := map[int]string{}
+	var names []string
+	for _, c := range Components() {
+		names = append(names, c.Name)
+		if c.Unit != c.Name+".service" || UnitPath(c.Name) != UnitDir+"/"+c.Unit {
+			t.Errorf("%s: unit %q", c.Name, c.Unit)
+		}
+		if len(c.Process) == 0 || len(c.Process) > 15 || !strings.HasPrefix(c.Name, c.Process) {
+			t.Errorf("%s: process name %q: comm is the binary name cut to 15 characters", c.Name, c.Process)
+		}
+		if len(c.Binaries) == 0 || c.Binaries[0].Tool || !strings.HasSuffix(c.Exec(), "/"+c.Name) {
+			t.Errorf("%s: the unit must run its own binary first, got %+v", c.Name, c.Binaries)
+		}
+		if c.version == nil || c.flags == nil {
+			t.Errorf("%s: no version or flags builder", c.Name)
+		}
+		if c.Kubeconfig != "" && !slices.ContainsFunc(c.Files, func(f Copy) bool { return f.Path == c.Kubeconfig && f.Kind == SourceKubeconfig }) {
+			t.Errorf("%s: kubeconfig %s is not one of its files", c.Name, c.Kubeconfig)
+		}
+		if c.Health.Scheme != "" && !slices.ContainsFunc(c.Ports, func(p Port) bool { return p.Number == c.Health.Port }) {
+			t.Errorf("%s: health port %d is not one of its ports", c.Name, c.Health.Port)
+		}
+		for _, p := range c.Ports {
+			if other, ok := ports[p.Number]; ok {
+				t.Errorf("port %d: %s and %s", p.Number, other, c.Name)
+			}
+			ports[p.Number] = c.Name
+		}
+		w, ok := want[c.Name]
+		if !ok {
+			continue
+		}
+		var got []int
+		for _, p := range c.Ports {
+			got = append(got, p.Number)
+		}
+		if c.Role != w.role || c.Process != w.process || c.Health.URL("127.0.0.1") != w.health || !slices.Equal(got, w.ports) {
+			t.Errorf("%s: role %s process %s health %s ports %v; want %+v", c.Name, c.Role, c.Process, c.Health.URL("127.0.0.1"), got, w)
+		}
+	}
+	if !slices.Equal(names[:4], []string{Etcd, APIServer, ControllerManager, Scheduler}) {
+		t.Errorf("start order %v", names)
+	}
+	if got := Names(ControlPlane); !slices.Equal(got, names[:4]) {
+		t.Errorf("Names(ControlPlane) = %v", got)
+	}
+	if _, ok := Lookup("kubelet-x"); ok {
+		t.Error("Lookup of an unknown name succeeded")
+	}
+	if MustLookup(APIServer).Health.Path != "/readyz" {
+		t.Error("MustLookup")
+	}
+	// Callers get a copy: changing it changes nothing for the next caller.
+	Components()[0].Ports[0].Number = 1
+	if MustLookup(Etcd).Ports[0].Number != EtcdClientPort {
+		t.Error("the table is shared between callers")
+	}
+}
