@@ -29,6 +29,11 @@ const (
 	// The official download sites; a mirror with the same layout may replace them.
 	DefaultKubernetesMirror = "https://dl.k8s.io"
 	DefaultEtcdMirror       = "https://github.com/etcd-io/etcd/releases/download"
+	// The worker components' official GitHub release downloads.
+	DefaultContainerdMirror = "https://github.com/containerd/containerd/releases/download"
+	DefaultRuncMirror       = "https://github.com/opencontainers/runc/releases/download"
+	DefaultCNIPluginsMirror = "https://github.com/containernetworking/plugins/releases/download"
+	DefaultCrictlMirror     = "https://github.com/kubernetes-sigs/cri-tools/releases/download"
 
 	DefaultCAValidity   = 10 * 365 * 24 * time.Hour
 	DefaultLeafValidity = 365 * 24 * time.Hour
@@ -39,6 +44,10 @@ type Inventory struct {
 	Cluster           string     `yaml:"cluster"`
 	KubernetesVersion string     `yaml:"kubernetesVersion"` // "v1.36.3", or a minor "1.36" resolved by pkg/release
 	EtcdVersion       string     `yaml:"etcdVersion"`       // "v3.6.16"; default from the table per Kubernetes minor
+	ContainerdVersion string     `yaml:"containerdVersion"` // "v2.4.2"; worker versions default from workerTable
+	RuncVersion       string     `yaml:"runcVersion"`       // "v1.5.3"
+	CNIPluginsVersion string     `yaml:"cniPluginsVersion"` // "v1.10.0"
+	CrictlVersion     string     `yaml:"crictlVersion"`     // "v1.37.0"
 	Arch              string     `yaml:"arch"`              // amd64 or arm64
 	Network           Network    `yaml:"network"`
 	SSH               SSH        `yaml:"ssh"`
@@ -47,6 +56,7 @@ type Inventory struct {
 	Releases          Releases   `yaml:"releases"`
 	ControlPlane      []Host     `yaml:"controlPlane"`
 	Workers           []Host     `yaml:"workers"`
+	Images            []Image    `yaml:"images"` // image tarballs imported on every worker (air-gapped, lab)
 
 	// Filled in by Load; not part of the file.
 	Path     string           `yaml:"-"` // absolute path of the inventory file
@@ -93,6 +103,19 @@ type Encryption struct {
 type Releases struct {
 	Kubernetes string `yaml:"kubernetes"` // <base>/release/vX.Y.Z/bin/linux/<arch>/<bin>
 	Etcd       string `yaml:"etcd"`       // <base>/vX.Y.Z/etcd-vX.Y.Z-linux-<arch>.tar.gz
+	Containerd string `yaml:"containerd"` // <base>/vX.Y.Z/containerd-X.Y.Z-linux-<arch>.tar.gz (+ .sha256sum)
+	Runc       string `yaml:"runc"`       // <base>/vX.Y.Z/runc.<arch> (+ runc.sha256sum)
+	CNIPlugins string `yaml:"cniPlugins"` // <base>/vX.Y.Z/cni-plugins-linux-<arch>-vX.Y.Z.tgz (+ .sha512)
+	Crictl     string `yaml:"crictl"`     // <base>/vX.Y.Z/crictl-vX.Y.Z-linux-<arch>.tar.gz (+ .sha256)
+}
+
+// Image is a container image as a docker-archive tarball, for hosts that
+// cannot pull from a registry. Its bytes are verified against SHA256, or
+// when that is empty against the SHA256SUMS file beside URL.
+type Image struct {
+	Name   string `yaml:"name"`   // as containerd knows it: registry.k8s.io/pause:3.10.2
+	URL    string `yaml:"url"`    // http(s) or file URL of the tarball
+	SHA256 string `yaml:"sha256"` // hex; optional when SHA256SUMS is published beside the URL
 }
 
 // Host is one machine, control plane or worker.
