@@ -26,10 +26,19 @@ func (a *App) newFetchCmd() *cobra.Command {
 	var fl fetchFlags
 	cmd := &cobra.Command{
 		Use:   "fetch",
-		Short: "Download and verify the release binaries; pin them in hardway.lock",
+		Short: "Download and verify the release binaries and images; pin them in hardway.lock",
 		Long: `fetch resolves the Kubernetes and etcd versions of the inventory, downloads the
 binaries from the mirrors in releases:, verifies each against its published
 checksum (<bin>.sha512, etcd's SHA256SUMS) and keeps them in the cache.
+
+With workers: it also fetches kubelet, kube-proxy, containerd, runc, the CNI
+plugins and crictl from their official GitHub release layouts (containerd's
+.sha256sum, runc.sha256sum, the CNI tarball's .sha512, crictl's .sha256),
+at the versions tested with the Kubernetes minor unless containerdVersion,
+runcVersion, cniPluginsVersion or crictlVersion say otherwise, and every
+image tarball in images: (verified against its sha256 there or the
+SHA256SUMS beside its URL, and checked to be a docker-archive holding that
+image). A missing checksum is an error.
 
 The first run writes hardway.lock next to the inventory with the version,
 URL, sha256 and sha512 of every artifact: commit it. Later runs refuse bytes
@@ -98,6 +107,10 @@ func (a *App) runFetch(cmd *cobra.Command, fl fetchFlags) error {
 		lockState = "written: commit it"
 	}
 	fmt.Fprintf(a.Stdout, "Kubernetes %s, etcd %s, linux/%s: %d artifacts verified\n", set.Kubernetes, set.Etcd, set.Arch, len(set.Artifacts))
+	if w := set.Workers; w != nil {
+		fmt.Fprintf(a.Stdout, "workers: containerd %s, runc %s, CNI plugins %s, crictl %s, %d image(s)\n",
+			w.Containerd, w.Runc, w.CNIPlugins, w.Crictl, len(set.Images()))
+	}
 	fmt.Fprintf(a.Stdout, "lock:  %s (%s)\ncache: %s\n", set.LockPath, lockState, set.CacheDir)
 	if fl.bundle != "" {
 		fmt.Fprintf(a.Stdout, "bundle: %s\n", fl.bundle)
@@ -106,6 +119,17 @@ func (a *App) runFetch(cmd *cobra.Command, fl fetchFlags) error {
 	fmt.Fprintln(tw, "NAME\tVERSION\tSHA256\tSOURCE")
 	for _, x := range set.Artifacts {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.Name, x.Version, x.SHA256, x.Source)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if imgs := set.Images(); len(imgs) > 0 {
+		fmt.Fprintln(a.Stdout)
+		tw = tabwriter.NewWriter(a.Stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "IMAGE\tPLATFORM\tIMAGE ID")
+		for _, x := range imgs {
+			fmt.Fprintf(tw, "%s\t%s/%s\t%s\n", x.Image.Name, x.Image.OS, x.Image.Arch, x.Image.ID)
+		}
 	}
 	return tw.Flush()
 }

@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"strings"
 )
 
 // Checksum kinds: where the published digest of an artifact comes from.
 const (
-	sumSidecarSHA512 = "sha512-sidecar" // <url>.sha512 holds the hex digest only
-	sumSHA256SUMS    = "SHA256SUMS"     // "<hex>  <file>" lines in SHA256SUMS beside the file
+	sumSidecarSHA512 = "sha512-sidecar" // <url>.sha512 holds the hex digest ("<hex>  <file>" tolerated)
+	sumSidecarSHA256 = "sha256-sidecar" // <url>.sha256 or .sha256sum: "<hex>" or "<hex>  <file>"
+	sumSHA256SUMS    = "SHA256SUMS"     // "<hex>  <file>" lines in a file beside the artifact
+	sumInline        = "inline"         // a sha256 written in the inventory
 	sumMember        = "member"         // extracted from a verified archive; no published digest
 )
 
@@ -19,7 +22,19 @@ var (
 	workerBinaries       = []string{"kubelet", "kube-proxy"}
 	// EtcdBinaries are the only files taken out of the etcd tarball.
 	EtcdBinaries = []string{"etcd", "etcdctl", "etcdutl"}
+	// ContainerdBinaries are the only files taken out of the containerd
+	// tarball (under bin/); containerd-stress and the rest stay in it.
+	ContainerdBinaries = []string{"containerd", "containerd-shim-runc-v2", "ctr"}
+	// CNIPlugins are the plugins taken out of the CNI tarball; each is in
+	// the set as "cni-<plugin>" and belongs in /opt/cni/bin/<plugin>.
+	CNIPlugins = []string{"bridge", "host-local", "loopback", "portmap"}
 )
+
+// ImagePrefix starts the set name of an image: "image:registry.k8s.io/pause:3.10.2".
+const ImagePrefix = "image:"
+
+// CNIPrefix starts the set name of a CNI plugin: "cni-bridge".
+const CNIPrefix = "cni-"
 
 // spec is one thing to obtain, before anything is known about its bytes.
 type spec struct {
@@ -27,34 +42,110 @@ type spec struct {
 	Version string // tag, "v1.36.3"
 	Arch    string
 	URL     string
-	SumURL  string // where the published digest is; "" for members
+	SumURL  string // where the published digest is; "" for members and inline sums
 	SumKind string
+	Sum     string // sumInline: the hex sha256
 	Archive string // for members: the lock name of the tarball they come from
 	Member  string // for members: the path inside the tarball
 	Install bool   // a binary pushed to /usr/local/bin/<Name>
+	Image   string // an image's name, checked against its tarball
+	Field   string // the inventory field that chose the mirror, for hints: "releases.etcd"
 }
 
 // plan lists the artifacts for the resolved versions, archives before the
 // members extracted from them, otherwise sorted by name.
-func plan(k8sMirror, etcdMirror, k8sTag, etcdTag, arch string, workers bool) []spec {
+func plan(o Options, k8sTag, etcdTag string) []spec {
+	arch := o.Arch
 	bins := append([]string{}, controlPlaneBinaries...)
-	if workers {
+	if o.Workers {
 		bins = append(bins, workerBinaries...)
 	}
 	sort.Strings(bins)
 	var out []spec
 	for _, b := range bins {
-		u := fmt.Sprintf("%s/release/%s/bin/linux/%s/%s", k8sMirror, k8sTag, arch, b)
-		out = append(out, spec{Name: b, Version: k8sTag, Arch: arch, URL: u, SumURL: u + ".sha512", SumKind: sumSidecarSHA512, Install: true})
+		u := fmt.Sprintf("%s/release/%s/bin/linux/%s/%s", o.KubernetesMirror, k8sTag, arch, b)
+		out = append(out, spec{Name: b, Version: k8sTag, Arch: arch, URL: u, SumURL: u + ".sha512", SumKind: sumSidecarSHA512,
+			Install: true, Field: "releases.kubernetes"})
 	}
 	tarName := fmt.Sprintf("etcd-%s-linux-%s.tar.gz", etcdTag, arch)
-	tarURL := fmt.Sprintf("%s/%s/%s", etcdMirror, etcdTag, tarName)
+	tarURL := fmt.Sprintf("%s/%s/%s", o.EtcdMirror, etcdTag, tarName)
 	out = append(out, spec{Name: tarName, Version: etcdTag, Arch: arch, URL: tarURL,
-		SumURL: fmt.Sprintf("%s/%s/SHA256SUMS", etcdMirror, etcdTag), SumKind: sumSHA256SUMS})
+		SumURL: fmt.Sprintf("%s/%s/SHA256SUMS", o.EtcdMirror, etcdTag), SumKind: sumSHA256SUMS, Field: "releases.etcd"})
 	top := fmt.Sprintf("etcd-%s-linux-%s", etcdTag, arch)
 	for _, b := range EtcdBinaries {
 		out = append(out, spec{Name: b, Version: etcdTag, Arch: arch, URL: tarURL, SumKind: sumMember,
-			Archive: tarName, Member: path.Join(top, b), Install: true})
+			Archive: tarName, Member: path.Join(top, b), Install: true, Field: "releases.etcd"})
+	}
+	if o.Workers {
+		out = append(out, workerPlan(o)...)
 	}
 	return out
+}
+
+// workerPlan lists what a worker needs besides kubelet and kube-proxy, from
+// the official GitHub release layouts, each with its published checksum:
+//
+//	containerd  <base>/v2.4.2/containerd-2.4.2-linux-amd64.tar.gz  + .sha256sum  (bin/containerd, ...)
+//	runc        <base>/v1.5.3/runc.amd64                           + runc.sha256sum
+//	CNI         <base>/v1.10.0/cni-plugins-linux-amd64-v1.10.0.tgz + .sha512     (./bridge, ...)
+//	crictl      <base>/v1.37.0/crictl-v1.37.0-linux-amd64.tar.gz   + .sha256     (crictl)
+//
+// and the inventory's images, verified against their sha256 or the
+// SHA256SUMS beside them.
+func workerPlan(o Options) []spec {
+	arch, w := o.Arch, o.WorkerVersions
+	var out []spec
+	archive := func(field, name, version, base string, sumExt, kind string, members map[string]string, install bool) {
+		u := fmt.Sprintf("%s/%s/%s", base, version, name)
+		out = append(out, spec{Name: name, Version: version, Arch: arch, URL: u, SumURL: u + sumExt, SumKind: kind, Field: field})
+		keys := make([]string, 0, len(members))
+		for k := range members {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			out = append(out, spec{Name: k, Version: version, Arch: arch, URL: u, SumKind: sumMember,
+				Archive: name, Member: members[k], Install: install, Field: field})
+		}
+	}
+	ctrd := map[string]string{}
+	for _, b := range ContainerdBinaries {
+		ctrd[b] = "bin/" + b
+	}
+	archive("releases.containerd", fmt.Sprintf("containerd-%s-linux-%s.tar.gz", strings.TrimPrefix(w.Containerd, "v"), arch),
+		w.Containerd, o.ContainerdMirror, ".sha256sum", sumSidecarSHA256, ctrd, true)
+
+	runcURL := fmt.Sprintf("%s/%s/runc.%s", o.RuncMirror, w.Runc, arch)
+	out = append(out, spec{Name: "runc", Version: w.Runc, Arch: arch, URL: runcURL,
+		SumURL: fmt.Sprintf("%s/%s/runc.sha256sum", o.RuncMirror, w.Runc), SumKind: sumSHA256SUMS, Install: true, Field: "releases.runc"})
+
+	cni := map[string]string{}
+	for _, p := range CNIPlugins {
+		cni[CNIPrefix+p] = p
+	}
+	archive("releases.cniPlugins", fmt.Sprintf("cni-plugins-linux-%s-%s.tgz", arch, w.CNIPlugins),
+		w.CNIPlugins, o.CNIPluginsMirror, ".sha512", sumSidecarSHA512, cni, false)
+
+	archive("releases.crictl", fmt.Sprintf("crictl-%s-linux-%s.tar.gz", w.Crictl, arch),
+		w.Crictl, o.CrictlMirror, ".sha256", sumSidecarSHA256, map[string]string{"crictl": "crictl"}, true)
+
+	for _, im := range o.Images {
+		s := spec{Name: ImagePrefix + im.Name, Version: imageTag(im.Name), Arch: arch, URL: im.URL, Image: im.Name, Field: "images"}
+		if im.SHA256 != "" {
+			s.SumKind, s.Sum = sumInline, strings.ToLower(im.SHA256)
+		} else {
+			s.SumKind, s.SumURL = sumSHA256SUMS, im.URL[:strings.LastIndex(im.URL, "/")+1]+"SHA256SUMS"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// imageTag is the tag of an image name: "3.10.2" for registry.k8s.io/pause:3.10.2.
+func imageTag(name string) string {
+	last := name[strings.LastIndex(name, "/")+1:]
+	if i := strings.LastIndex(last, ":"); i >= 0 {
+		return last[i+1:]
+	}
+	return ""
 }

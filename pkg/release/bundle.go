@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path"
 	"strings"
@@ -17,7 +18,9 @@ import (
 
 // A bundle is a plain tar for carrying a release set into an air-gapped
 // site: hardway.lock first, then artifacts/<name> for every downloaded file
-// (members are unpacked again from their archive on import).
+// (members are unpacked again from their archive on import). Names are
+// path-escaped so an image's "image:registry.k8s.io/pause:3.10.2" stays one
+// entry; the other names escape to themselves.
 const bundleDir = "artifacts/"
 
 // WriteBundle writes set's lock and files to path atomically. Entries carry
@@ -62,7 +65,7 @@ func writeBundleTar(w io.Writer, set *Set, lockData []byte) error {
 		if err != nil {
 			return err
 		}
-		err = tw.WriteHeader(hdr(bundleDir+a.Name, a.Size))
+		err = tw.WriteHeader(hdr(bundleDir+url.PathEscape(a.Name), a.Size))
 		if err == nil {
 			_, err = io.Copy(tw, f)
 		}
@@ -145,9 +148,10 @@ func ImportBundle(ctx context.Context, src string, opts Options) (*Set, error) {
 		if err != nil {
 			return nil, usererr.Errorf(hint, "%s: %w", src, err)
 		}
-		name, ok := strings.CutPrefix(hdr.Name, bundleDir)
+		escaped, ok := strings.CutPrefix(hdr.Name, bundleDir)
+		name, err := url.PathUnescape(escaped)
 		e, inLock := bl.Entry(name)
-		if !ok || hdr.Typeflag != tar.TypeReg || path.Base(name) != name || !inLock || e.Member != "" || hdr.Size > maxArchiveBytes {
+		if !ok || err != nil || hdr.Typeflag != tar.TypeReg || path.Base(escaped) != escaped || !inLock || e.Member != "" || hdr.Size > maxArchiveBytes {
 			return nil, usererr.Errorf(hint, "%s: unexpected entry %q", src, hdr.Name)
 		}
 		x, err := writeMember(tr, hdr.Size, r.cache.tmpDir())

@@ -32,9 +32,9 @@ type extracted struct {
 // unsafe anywhere in the archive refuses the whole archive: an absolute path,
 // a ".." component, a link, a device or fifo, an oversized or duplicate
 // entry. Other regular files (README.md, Documentation/) are skipped.
-func extractMembers(archive, name string, wanted []string, dir string) (_ map[string]extracted, err error) {
+func extractMembers(archive, name, field string, wanted []string, dir string) (_ map[string]extracted, err error) {
 	refuse := func(format string, args ...any) error {
-		return usererr.Errorf("this is not an etcd release archive hardway can trust; check releases.etcd in the inventory",
+		return usererr.Errorf("this is not a release archive hardway can trust; check "+fieldOr(field, "releases")+" in the inventory",
 			"%s: %s; refusing the archive", name, fmt.Sprintf(format, args...))
 	}
 	f, err := os.Open(archive)

@@ -42,7 +42,7 @@ func TestExtractMembers(t *testing.T) {
 			dir := t.TempDir()
 			archive := filepath.Join(dir, "etcd.tar.gz")
 			writeFile(t, archive, tc.tgz)
-			out, err := extractMembers(archive, "etcd.tar.gz", wanted, filepath.Join(dir, "tmp"))
+			out, err := extractMembers(archive, "etcd.tar.gz", "releases.etcd", wanted, filepath.Join(dir, "tmp"))
 			if tc.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
 					t.Fatalf("error %v, want %q", err, tc.want)

@@ -8,6 +8,7 @@ import (
 	"crypto/sha512"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +17,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/hardway/hardway/pkg/inventory"
 )
 
 // mirror is a test mirror on disk laid out exactly like dl.k8s.io and the
@@ -61,6 +70,9 @@ func newMirror(t testing.TB, etcdV string, k8s ...string) *mirror {
 		writeFile(t, filepath.Join(m.root, "kubernetes", "release", "stable-"+strings.Join(strings.Split(strings.TrimPrefix(v, "v"), ".")[:2], ".")+".txt"), []byte(v+"\n"))
 	}
 	m.addEtcd(t, etcdV, "amd64", etcdTarball(t, etcdV, "amd64", nil))
+	m.addWorkerComponents(t, testWorkers, "amd64")
+	m.addImage(t, "pause.tar", testImage(t, "registry.k8s.io/pause:3.10.2", "amd64", "pause"), true)
+	m.addImage(t, "hello.tar", testImage(t, "hardway.local/hello:v1", "amd64", "hello"), false)
 	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.mu.Lock()
 		if r.Method == http.MethodGet {
@@ -174,11 +186,145 @@ func (m *mirror) fileOpts(t testing.TB, k8s string) Options {
 
 func (m *mirror) opts(t testing.TB, k8s, k8sURL, etcdURL string) Options {
 	dir := t.TempDir()
+	base := strings.TrimSuffix(k8sURL, "/kubernetes")
 	return Options{
 		Kubernetes: k8s, Etcd: "v3.6.16", Arch: "amd64",
 		KubernetesMirror: k8sURL, EtcdMirror: etcdURL,
+		WorkerVersions:   testWorkers,
+		ContainerdMirror: base + "/containerd", RuncMirror: base + "/runc",
+		CNIPluginsMirror: base + "/cni-plugins", CrictlMirror: base + "/crictl",
+		Images: []inventory.Image{
+			{Name: "registry.k8s.io/pause:3.10.2", URL: base + "/images/pause.tar"},
+			{Name: "hardway.local/hello:v1", URL: base + "/images/hello.tar", SHA256: m.imageSHA256(t, "hello.tar")},
+		},
 		LockPath: filepath.Join(dir, LockFileName),
 		CacheDir: filepath.Join(dir, "cache"),
 		Fetcher:  &Fetcher{Backoff: time.Millisecond, StallTimeout: 2 * time.Second},
 	}
+}
+
+var testWorkers = inventory.WorkerVersions{Containerd: "v2.4.2", Runc: "v1.5.3", CNIPlugins: "v1.10.0", Crictl: "v1.37.0"}
+
+// workerPaths are the mirror paths of the worker components, relative to
+// the mirror's root, laid out like their GitHub release downloads.
+func workerPaths(w inventory.WorkerVersions, arch string) (containerd, runc, runcSums, cni, crictl string) {
+	return fmt.Sprintf("containerd/%s/containerd-%s-linux-%s.tar.gz", w.Containerd, strings.TrimPrefix(w.Containerd, "v"), arch),
+		fmt.Sprintf("runc/%s/runc.%s", w.Runc, arch),
+		fmt.Sprintf("runc/%s/runc.sha256sum", w.Runc),
+		fmt.Sprintf("cni-plugins/%s/cni-plugins-linux-%s-%s.tgz", w.CNIPlugins, arch, w.CNIPlugins),
+		fmt.Sprintf("crictl/%s/crictl-%s-linux-%s.tar.gz", w.Crictl, w.Crictl, arch)
+}
+
+// addWorkerComponents writes official-looking containerd, runc, CNI and
+// crictl releases with their checksum files in each project's format.
+func (m *mirror) addWorkerComponents(t testing.TB, w inventory.WorkerVersions, arch string) {
+	ctrd, runc, runcSums, cni, crictl := workerPaths(w, arch)
+	reg := func(n string, body []byte) tarEntry {
+		return tarEntry{hdr: tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: 0o755}, body: body}
+	}
+	ce := []tarEntry{{hdr: tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755}}}
+	for _, b := range append(append([]string{}, ContainerdBinaries...), "containerd-stress") {
+		ce = append(ce, reg("bin/"+b, fakeBinary(b, w.Containerd, arch, 1500+len(b)*10)))
+	}
+	m.setSidecar(t, ctrd, makeTarGz(t, ce), ".sha256sum", hexSHA256, true)
+
+	rb := fakeBinary("runc", w.Runc, arch, 1800)
+	writeFile(t, filepath.Join(m.root, runc), rb)
+	writeFile(t, filepath.Join(m.root, runcSums), []byte(fmt.Sprintf("%s  runc.tar.xz\n%s  runc.%s\n%s  runc.other\n",
+		strings.Repeat("1", 64), hexSHA256(rb), arch, strings.Repeat("2", 64))))
+
+	pe := []tarEntry{{hdr: tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755}},
+		{hdr: tar.Header{Name: "./LICENSE", Typeflag: tar.TypeReg, Mode: 0o644}, body: []byte("license\n")}}
+	for _, p := range append(append([]string{}, CNIPlugins...), "macvlan") {
+		pe = append(pe, reg("./"+p, fakeBinary(p, w.CNIPlugins, arch, 1200+len(p)*10)))
+	}
+	tgz := makeTarGz(t, pe)
+	m.setSidecar(t, cni, tgz, ".sha512", hexSHA512, true)
+	writeFile(t, filepath.Join(m.root, cni+".sha256"), []byte(hexSHA256(tgz)+"  "+filepath.Base(cni)+"\n"))
+
+	m.setSidecar(t, crictl, makeTarGz(t, []tarEntry{reg("crictl", fakeBinary("crictl", w.Crictl, arch, 1600))}), ".sha256", hexSHA256, false)
+}
+
+// setSidecar writes a file and its checksum file: "<hex>  <name>" when
+// named (containerd, CNI), the bare hex otherwise.
+func (m *mirror) setSidecar(t testing.TB, rel string, data []byte, ext string, sum func([]byte) string, named bool) {
+	writeFile(t, filepath.Join(m.root, rel), data)
+	line := sum(data)
+	if named {
+		line += "  " + filepath.Base(rel)
+	}
+	writeFile(t, filepath.Join(m.root, rel+ext), []byte(line+"\n"))
+}
+
+// testImage is a real one-layer docker-archive holding ref, like the
+// mirror's mkimage writes.
+func testImage(t testing.TB, ref, arch, content string) []byte {
+	t.Helper()
+	var lb bytes.Buffer
+	tw := tar.NewWriter(&lb)
+	body := fakeBinary(content, "v1", arch, 700)
+	tw.WriteHeader(&tar.Header{Name: content, Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(body)), ModTime: time.Unix(1700000000, 0)})
+	tw.Write(body)
+	tw.Close()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(lb.Bytes())), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, _ := img.ConfigFile()
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", arch
+	cf.Config.Entrypoint = []string{"/" + content}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := tarball.Write(tag, img, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+func imageID(t testing.TB, data []byte) v1.Hash {
+	img, err := tarball.Image(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// addImage writes images/<file>; listed adds its line to images/SHA256SUMS.
+func (m *mirror) addImage(t testing.TB, file string, data []byte, listed bool) {
+	writeFile(t, filepath.Join(m.root, "images", file), data)
+	sums := filepath.Join(m.root, "images", "SHA256SUMS")
+	old, _ := os.ReadFile(sums)
+	var keep []string
+	for _, l := range strings.Split(strings.TrimSpace(string(old)), "\n") {
+		if l != "" && !strings.HasSuffix(l, "  "+file) {
+			keep = append(keep, l)
+		}
+	}
+	if listed {
+		keep = append(keep, hexSHA256(data)+"  "+file)
+	}
+	writeFile(t, sums, []byte(strings.Join(keep, "\n")+"\n"))
+}
+
+func (m *mirror) imageSHA256(t testing.TB, file string) string {
+	data, err := os.ReadFile(filepath.Join(m.root, "images", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hexSHA256(data)
 }

@@ -66,7 +66,10 @@ func TestResolveGoodPath(t *testing.T) {
 		{"file", func() Options { return m.fileOpts(t, "1.36.3") }, false,
 			[]string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd-v3.6.16-linux-amd64.tar.gz", "etcd", "etcdctl", "etcdutl"}},
 		{"http workers", func() Options { return m.httpOpts(t, "v1.36.3") }, true,
-			[]string{"kube-apiserver", "kube-controller-manager", "kube-proxy", "kube-scheduler", "kubectl", "kubelet", "etcd-v3.6.16-linux-amd64.tar.gz", "etcd", "etcdctl", "etcdutl"}},
+			[]string{"kube-apiserver", "kube-controller-manager", "kube-proxy", "kube-scheduler", "kubectl", "kubelet", "etcd-v3.6.16-linux-amd64.tar.gz", "etcd", "etcdctl", "etcdutl",
+				"containerd-2.4.2-linux-amd64.tar.gz", "containerd", "containerd-shim-runc-v2", "ctr", "runc",
+				"cni-plugins-linux-amd64-v1.10.0.tgz", "cni-bridge", "cni-host-local", "cni-loopback", "cni-portmap",
+				"crictl-v1.37.0-linux-amd64.tar.gz", "crictl", "image:registry.k8s.io/pause:3.10.2", "image:hardway.local/hello:v1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.opts()
@@ -472,7 +475,8 @@ func TestOffline(t *testing.T) {
 		o := o
 		o.Workers = true
 		_, err := Resolve(ctx, o)
-		wantErr(t, err, "2 artifact(s) missing", "kubelet v1.36.3 amd64: not in", "kube-proxy")
+		wantErr(t, err, "8 artifact(s) missing", "kubelet v1.36.3 amd64: not in", "kube-proxy", "containerd-2.4.2-linux-amd64.tar.gz v2.4.2",
+			"runc v1.5.3", "cni-plugins-linux-amd64-v1.10.0.tgz", "crictl-v1.37.0-linux-amd64.tar.gz", "image:registry.k8s.io/pause:3.10.2 3.10.2 amd64")
 	})
 }
 

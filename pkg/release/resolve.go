@@ -28,7 +28,17 @@ type Options struct {
 	Arch             string // amd64 or arm64
 	KubernetesMirror string // base URL: <base>/release/vX.Y.Z/bin/linux/<arch>/<bin>
 	EtcdMirror       string // base URL: <base>/vX.Y.Z/etcd-vX.Y.Z-linux-<arch>.tar.gz
-	Workers          bool   // also kubelet and kube-proxy
+	Workers          bool   // also kubelet, kube-proxy, the worker components and the images
+
+	// Worker components (with Workers): versions, and base URLs laid out like
+	// their official GitHub release downloads. Empty versions take the
+	// inventory's tested defaults for the Kubernetes minor.
+	WorkerVersions   inventory.WorkerVersions
+	ContainerdMirror string
+	RuncMirror       string
+	CNIPluginsMirror string
+	CrictlMirror     string
+	Images           []inventory.Image // docker-archive tarballs for the workers
 
 	LockPath   string // hardway.lock
 	CacheDir   string // "": DefaultCacheDir()
@@ -50,19 +60,26 @@ func OptionsFor(inv *inventory.Inventory) Options {
 		EtcdMirror:       inv.Releases.Etcd,
 		Workers:          len(inv.Workers) > 0,
 		LockPath:         inv.LockPath(),
+		WorkerVersions:   inv.WorkerVersions(),
+		ContainerdMirror: inv.Releases.Containerd,
+		RuncMirror:       inv.Releases.Runc,
+		CNIPluginsMirror: inv.Releases.CNIPlugins,
+		CrictlMirror:     inv.Releases.Crictl,
+		Images:           inv.Images,
 	}
 }
 
 // Set is the result: every artifact verified and in the cache.
 type Set struct {
-	Kubernetes  string     `json:"kubernetes"`
-	Etcd        string     `json:"etcd"`
-	Arch        string     `json:"arch"`
-	LockPath    string     `json:"lockPath"`
-	LockWritten bool       `json:"lockWritten"`
-	CacheDir    string     `json:"cacheDir"`
-	Artifacts   []Artifact `json:"artifacts"`
-	Lock        *Lock      `json:"-"`
+	Kubernetes  string                    `json:"kubernetes"`
+	Etcd        string                    `json:"etcd"`
+	Workers     *inventory.WorkerVersions `json:"workers,omitempty"` // set when the inventory has workers
+	Arch        string                    `json:"arch"`
+	LockPath    string                    `json:"lockPath"`
+	LockWritten bool                      `json:"lockWritten"`
+	CacheDir    string                    `json:"cacheDir"`
+	Artifacts   []Artifact                `json:"artifacts"`
+	Lock        *Lock                     `json:"-"`
 }
 
 // Artifact is one verified file in the cache.
@@ -78,6 +95,9 @@ type Artifact struct {
 	Path    string `json:"path"`    // the cached file; read it, never run it in place
 	Install bool   `json:"install"` // a binary for /usr/local/bin/<Name>
 	Source  string `json:"source"`  // cache, download, extract
+	// Image is set for "image:<name>" artifacts: the tarball is a
+	// docker-archive holding that image.
+	Image *ImageInfo `json:"image,omitempty"`
 }
 
 // Get returns the artifact named name.
@@ -88,6 +108,17 @@ func (s *Set) Get(name string) (Artifact, bool) {
 		}
 	}
 	return Artifact{}, false
+}
+
+// Images are the "image:<name>" artifacts, in the inventory's order.
+func (s *Set) Images() []Artifact {
+	var out []Artifact
+	for _, a := range s.Artifacts {
+		if a.Image != nil {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Binaries are the artifacts installed as /usr/local/bin/<Name>.
@@ -182,7 +213,18 @@ func (r *resolver) resolve(ctx context.Context) (*Set, error) {
 		k8sTag = Tag(v)
 	}
 	etcdTag := Tag(etcdReq.V)
-	specs := plan(o.KubernetesMirror, o.EtcdMirror, k8sTag, etcdTag, o.Arch, o.Workers)
+	if o.Workers {
+		if err := r.workerVersions(k8sTag); err != nil {
+			return nil, err
+		}
+		o = r.opts
+	}
+	specs := plan(o, k8sTag, etcdTag)
+	if r.lock != nil {
+		if err := checkLockEntries(r.lock, o.LockPath, specs); err != nil {
+			return nil, err
+		}
+	}
 
 	arts := make([]Artifact, len(specs))
 	if o.Offline {
@@ -195,8 +237,15 @@ func (r *resolver) resolve(ctx context.Context) (*Set, error) {
 	if err := r.extract(specs, arts); err != nil {
 		return nil, err
 	}
+	if err := inspectImages(specs, arts); err != nil {
+		return nil, err
+	}
 
 	set := &Set{Kubernetes: k8sTag, Etcd: etcdTag, Arch: o.Arch, LockPath: o.LockPath, CacheDir: o.CacheDir, Artifacts: arts}
+	if o.Workers {
+		w := o.WorkerVersions
+		set.Workers = &w
+	}
 	set.Lock = &Lock{Kubernetes: k8sTag, Etcd: etcdTag, Arch: o.Arch}
 	for _, a := range arts {
 		e := a.lockEntry()
@@ -276,6 +325,56 @@ func (r *resolver) fromCache(specs []spec, arts []Artifact) error {
 	return nil
 }
 
+// workerVersions fills in the worker component versions the options leave
+// empty from the tested table, and checks the ones given.
+func (r *resolver) workerVersions(k8sTag string) error {
+	k, _ := version.NewSemver(strings.TrimPrefix(k8sTag, "v"))
+	def, _ := inventory.DefaultWorkerVersions(k)
+	w := &r.opts.WorkerVersions
+	for _, f := range []struct {
+		v        *string
+		def, fld string
+	}{{&w.Containerd, def.Containerd, "containerdVersion"}, {&w.Runc, def.Runc, "runcVersion"},
+		{&w.CNIPlugins, def.CNIPlugins, "cniPluginsVersion"}, {&w.Crictl, def.Crictl, "crictlVersion"}} {
+		if *f.v == "" {
+			*f.v = f.def
+		}
+		req, err := ParseRequested(*f.v, false)
+		if err != nil {
+			return usererr.Errorf("set "+f.fld+" to an exact version such as "+f.def, "%s: %w", f.fld, err)
+		}
+		*f.v = Tag(req.V)
+	}
+	for _, m := range []struct{ url, fld string }{{r.opts.ContainerdMirror, "containerd"}, {r.opts.RuncMirror, "runc"},
+		{r.opts.CNIPluginsMirror, "cniPlugins"}, {r.opts.CrictlMirror, "crictl"}} {
+		if m.url == "" {
+			return fmt.Errorf("release: no mirror for %s (releases.%s)", m.fld, m.fld)
+		}
+	}
+	return nil
+}
+
+// checkLockEntries refuses a lock that pins another version of an artifact
+// than the inventory asks for (a worker component's version moved), or
+// another image under the same name, before anything is downloaded.
+func checkLockEntries(l *Lock, lockPath string, specs []spec) error {
+	for _, s := range specs {
+		e, ok := l.Entry(s.Name)
+		if !ok {
+			continue
+		}
+		hint := "to move to what the inventory says, run 'hardway fetch --update-lock' and commit " + lockPath +
+			"; to stay, set the inventory back to what the lock pins"
+		if e.Version != s.Version {
+			return usererr.Errorf(hint, "the inventory asks for %s %s but %s pins %s", s.Name, s.Version, lockPath, e.Version)
+		}
+		if s.SumKind == sumInline && e.SHA256 != s.Sum {
+			return mismatchError(lockPath, s.Name, "the inventory's images entry", "sha256", e.SHA256, s.Sum)
+		}
+	}
+	return nil
+}
+
 func artifactOf(s spec, d Digests, p, source string) Artifact {
 	return Artifact{Name: s.Name, Version: s.Version, Arch: s.Arch, URL: s.URL, Member: s.Member,
 		SHA256: d.SHA256, SHA512: d.SHA512, Size: d.Size, Path: p, Install: s.Install, Source: source}
@@ -329,6 +428,11 @@ func (r *resolver) obtain(ctx context.Context, s spec, sums *sumFiles) (Artifact
 			got = d.SHA256
 		}
 		if got != pub.hex {
+			if s.SumKind == sumInline {
+				return usererr.Errorf("the file is damaged or not the one the inventory names; check the images entry's url and sha256",
+					"%s %s: the sha256 of %s does not match the inventory's:\n  inventory %s\n  got       %s",
+					s.Name, s.Version, s.URL, pub.hex, got)
+			}
 			return usererr.Errorf("the mirror's file is damaged or tampered with; try again later or use another mirror",
 				"%s %s: the %s of %s does not match the published %s:\n  published %s\n  got       %s",
 				s.Name, s.Version, pub.kind, s.URL, path.Base(s.SumURL), pub.hex, got)
@@ -398,7 +502,7 @@ func (r *resolver) obtain(ctx context.Context, s spec, sums *sumFiles) (Artifact
 		if err != nil {
 			p.close() // keep what arrived: the next run resumes from it
 			if IsNotFound(err) {
-				return Artifact{}, usererr.Errorf("check releases in the inventory: is "+s.Version+" for "+s.Arch+" on that mirror?",
+				return Artifact{}, usererr.Errorf("check "+fieldOr(s.Field, "releases")+" in the inventory: is "+s.Version+" for "+s.Arch+" on that mirror?",
 					"%s %s: %w", s.Name, s.Version, err)
 			}
 			return Artifact{}, fmt.Errorf("%s %s: %w", s.Name, s.Version, err)
@@ -473,7 +577,7 @@ func (r *resolver) extract(specs []spec, arts []Artifact) error {
 		for _, i := range idx {
 			wanted = append(wanted, specs[i].Member)
 		}
-		got, err := extractMembers(ar.Path, an, wanted, r.cache.tmpDir())
+		got, err := extractMembers(ar.Path, an, specs[idx[0]].Field, wanted, r.cache.tmpDir())
 		if err != nil {
 			return err
 		}

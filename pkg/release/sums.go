@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"strings"
 	"sync"
 
@@ -44,44 +45,80 @@ func (s *sumFiles) get(ctx context.Context, u string) ([]byte, error) {
 // published fetches and parses the published digest of s. A missing
 // checksum is an error: hardway never installs a file it cannot verify.
 func (s *sumFiles) published(ctx context.Context, sp spec) (published, error) {
+	if sp.SumKind == sumInline {
+		return published{kind: "sha256", hex: sp.Sum}, nil
+	}
 	body, err := s.get(ctx, sp.SumURL)
 	if err != nil {
 		if IsNotFound(err) {
-			return published{}, usererr.Errorf("hardway installs nothing it cannot verify; the mirror must publish checksums beside the files, as the official sites do",
+			return published{}, usererr.Errorf("hardway installs nothing it cannot verify; the mirror must publish checksums beside the files, as the official sites do"+imageSumHint(sp),
 				"%s %s: no published checksum at %s: %w", sp.Name, sp.Version, sp.SumURL, err)
 		}
 		return published{}, fmt.Errorf("%s %s: checksum: %w", sp.Name, sp.Version, err)
 	}
+	return parsePublished(sp, body)
+}
+
+func imageSumHint(sp spec) string {
+	if sp.Image == "" {
+		return ""
+	}
+	return ", or write the tarball's sha256 in the inventory's images entry"
+}
+
+// parsePublished reads a checksum file of sp's kind. Where a line names a
+// file, it must be the artifact's file: a checksum of another file is no
+// checksum of this one.
+func parsePublished(sp spec, body []byte) (published, error) {
+	base := path.Base(sp.URL)
 	bad := func(why string) error {
-		return usererr.Errorf("the mirror's checksum file is malformed; check releases in the inventory",
+		return usererr.Errorf("the mirror's checksum file is malformed; check "+fieldOr(sp.Field, "releases")+" in the inventory",
 			"%s %s: %s: %s", sp.Name, sp.Version, sp.SumURL, why)
 	}
 	switch sp.SumKind {
-	case sumSidecarSHA512:
-		// dl.k8s.io serves the hex digest only; tolerate "<hex>  <name>" too.
-		f := strings.Fields(string(body))
-		if len(f) == 0 || !isHex(strings.ToLower(f[0]), 64) {
-			return published{}, bad("not a sha512 digest")
+	case sumSidecarSHA512, sumSidecarSHA256:
+		kind, n := "sha512", 64
+		if sp.SumKind == sumSidecarSHA256 {
+			kind, n = "sha256", 32
 		}
-		return published{kind: "sha512", hex: strings.ToLower(f[0])}, nil
+		// dl.k8s.io serves the hex digest only; GitHub releases "<hex>  <file>".
+		f := strings.Fields(string(body))
+		if len(f) == 0 || len(f) > 2 || !isHex(strings.ToLower(f[0]), n) {
+			return published{}, bad("not a " + kind + " digest")
+		}
+		if len(f) == 2 && sumFileName(f[1]) != base {
+			return published{}, bad(fmt.Sprintf("it is the checksum of %s, not of %s", f[1], base))
+		}
+		return published{kind: kind, hex: strings.ToLower(f[0])}, nil
 	case sumSHA256SUMS:
-		base := sp.Name
 		for _, line := range strings.Split(string(body), "\n") {
 			f := strings.Fields(line)
 			if len(f) != 2 {
 				continue
 			}
-			if strings.TrimPrefix(f[1], "*") == base || strings.TrimPrefix(f[1], "./") == base {
+			if sumFileName(f[1]) == base {
 				if !isHex(strings.ToLower(f[0]), 32) {
 					return published{}, bad("the line for " + base + " has no sha256 digest")
 				}
 				return published{kind: "sha256", hex: strings.ToLower(f[0])}, nil
 			}
 		}
-		return published{}, usererr.Errorf("hardway installs nothing it cannot verify; the mirror's SHA256SUMS must list every file",
+		return published{}, usererr.Errorf("hardway installs nothing it cannot verify; the mirror's "+path.Base(sp.SumURL)+" must list every file"+imageSumHint(sp),
 			"%s %s: %s has no line for %s", sp.Name, sp.Version, sp.SumURL, base)
 	}
 	return published{}, fmt.Errorf("release: %s has no checksum kind", sp.Name)
+}
+
+// sumFileName is the file a sha256sum line names: "*x" (binary mode) and "./x" are x.
+func sumFileName(s string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(s, "*"), "./")
+}
+
+func fieldOr(f, def string) string {
+	if f == "" {
+		return def
+	}
+	return f
 }
 
 func removeQuiet(p string) { _ = os.Remove(p) }
