@@ -36,6 +36,9 @@ func (c *Cluster) Checks() []verify.Check {
 		verify.Check{Name: "rbac", Doc: "apiserver-to-kubelet RBAC present, bound to the kubelet-client certificate's CN", Run: c.checkRBAC},
 		verify.Check{Name: "encryption", Doc: "a probe Secret is stored encrypted in etcd (k8s:enc:<provider>:v1:)", Run: c.checkEncryption},
 		verify.Check{Name: "versions", Doc: "components within the version skew policy", Run: c.checkVersions},
+	)
+	checks = append(checks, c.WorkerChecks()...)
+	checks = append(checks,
 		verify.Check{Name: "nodes", Doc: "NotReady nodes, not-ready taints, missing CNI", Run: c.checkNodes},
 	)
 	return checks

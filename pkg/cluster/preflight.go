@@ -53,11 +53,12 @@ type HostFacts struct {
 }
 
 func (c *Cluster) planPreflight(ctx context.Context) ([]plan.Action, error) {
-	facts := make([]HostFacts, len(c.Inv.ControlPlane))
+	hosts := c.Inv.Hosts()
+	facts := make([]HostFacts, len(hosts))
 	var mu sync.Mutex
 	var dialErrs []error
-	err := remote.ForEach(ctx, c.Inv.ControlPlane, 8, func(ctx context.Context, h inventory.Host) error {
-		i := indexOf(c.Inv.ControlPlane, h.Name)
+	err := remote.ForEach(ctx, hosts, 8, func(ctx context.Context, h inventory.Host) error {
+		i := indexOf(hosts, h.Name)
 		sh, err := c.Host(ctx, h.Name)
 		if err != nil {
 			mu.Lock()
@@ -187,6 +188,15 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 		if abs(f.Skew) > maxClockSkew+t1.Sub(t0)/2 {
 			f.Problems = append(f.Problems, fmt.Sprintf("clock is %s off this machine's; TLS and leader leases break beyond %s (run chrony or systemd-timesyncd)", f.Skew.Round(time.Millisecond), maxClockSkew))
 		}
+	}
+	if i := indexOf(c.Inv.Workers, sh.Name()); i >= 0 {
+		// A worker runs no etcd: its checks are the runtime's needs.
+		p, w, err := c.workerPreflight(ctx, sh, c.Inv.Workers[i])
+		if err != nil {
+			return f, err
+		}
+		f.Problems, f.Warnings = append(f.Problems, p...), append(f.Warnings, w...)
+		return f, nil
 	}
 	out, err = sh.Run(ctx, fsyncScript, nil)
 	if err != nil {

@@ -30,6 +30,7 @@ func (c *Cluster) Steps() []plan.Step {
 		{Name: "etcd", Doc: "start or restart etcd, keeping quorum; check health and members", Plan: c.planEtcd},
 		{Name: "control-plane", Doc: "start or restart kube-apiserver, kube-controller-manager, kube-scheduler, host by host", Plan: c.planControlPlane},
 		{Name: "rbac", Doc: "ClusterRole and binding that let the apiserver reach kubelets (server-side apply)", Plan: c.planRBAC},
+		c.WorkersStep(),
 	}
 }
 
@@ -204,10 +205,11 @@ func (c *Cluster) planPush(ctx context.Context) ([]plan.Action, error) {
 		return nil, err
 	}
 	// Hosts are compared in parallel; the plan lists them in inventory order.
-	perHost := make([][]plan.Action, len(c.Inv.ControlPlane))
-	err := remote.ForEach(ctx, c.Inv.ControlPlane, 8, func(ctx context.Context, h inventory.Host) error {
+	hosts := c.pushHosts()
+	perHost := make([][]plan.Action, len(hosts))
+	err := remote.ForEach(ctx, hosts, 8, func(ctx context.Context, h inventory.Host) error {
 		as, err := c.planPushHost(ctx, h)
-		perHost[indexOf(c.Inv.ControlPlane, h.Name)] = as
+		perHost[indexOf(hosts, h.Name)] = as
 		return err
 	})
 	if err != nil {

@@ -1,0 +1,232 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/kube"
+	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/verify"
+)
+
+// WorkerChecks are verify's checks of the hosts in workers: per worker its
+// services, the runtime over CRI, its Node and pod subnet, its files; and the
+// pod routes on every host.
+func (c *Cluster) WorkerChecks() []verify.Check {
+	if len(c.Inv.Workers) == 0 {
+		return nil
+	}
+	var checks []verify.Check
+	for _, w := range c.Inv.Workers {
+		checks = append(checks,
+			verify.Check{Name: "worker", Doc: "units active, containerd answers over CRI, Node Ready (or why not), pod subnet as allocated", Run: func(ctx context.Context) []verify.Result { return c.checkWorker(ctx, w) }},
+			verify.Check{Name: "host/files", Doc: "binaries match the lock, files match the rendered ones (every byte read)", Run: func(ctx context.Context) []verify.Result { return c.checkHostFiles(ctx, w) }})
+	}
+	if c.cniBridge() {
+		checks = append(checks, verify.Check{Name: "routes", Doc: "a route to every other worker's pod subnet on every host", Run: c.checkRoutes})
+	}
+	return checks
+}
+
+func (c *Cluster) checkWorker(ctx context.Context, w inventory.Host) []verify.Result {
+	res := func(check string, r verify.Result) verify.Result { r.Check = check; r.Host = w.Name; return r }
+	sh, err := c.Host(ctx, w.Name)
+	if err != nil {
+		return []verify.Result{res("host/ssh", verify.Failf(w.Name, hintOf(err, "check the address, the SSH key and known_hosts"), "%v", err))}
+	}
+	out := []verify.Result{res("host/ssh", verify.OKf(w.Name, "connected, host key verified"))}
+
+	sn, err := c.unitSnapshot(ctx, sh, workerComponents())
+	if err != nil {
+		return append(out, res("worker/units", verify.Failf(w.Name, timeoutHint(err), "%v", err)))
+	}
+	for _, comp := range workerComponents() {
+		st := sn.Units[comp]
+		switch {
+		case !st.Active:
+			out = append(out, res("worker/units", verify.Failf(w.Name, fmt.Sprintf("see 'journalctl -u %s' on %s; 'hardway up' starts it", comp, w.Name), "%s is not active", comp)))
+		case !st.Enabled:
+			out = append(out, res("worker/units", verify.Failf(w.Name, "'hardway up' enables it, so it comes back after a reboot", "%s is running but not enabled", comp)))
+		default:
+			out = append(out, res("worker/units", verify.OKf(w.Name, "%s enabled and active since %s", comp, st.ActiveEnter)))
+		}
+	}
+
+	// The runtime, asked the way the kubelet asks it.
+	if info, err := sh.Run(ctx, crictlCmd+" info", nil); err != nil {
+		out = append(out, res("worker/cri", verify.Failf(w.Name, fmt.Sprintf("see 'journalctl -u containerd' on %s", w.Name), "containerd does not answer over CRI: %v", err)))
+	} else if d, err := kube.DiagnoseCRI(info, w.Name); err != nil {
+		out = append(out, res("worker/cri", verify.Failf(w.Name, "", "%v", err)))
+	} else if d != nil {
+		out = append(out, res("worker/cri", verify.Failf(w.Name, d.Hint, "%s", d)))
+	} else {
+		out = append(out, res("worker/cri", verify.OKf(w.Name, "containerd answers over CRI: runtime and network ready")))
+	}
+
+	cs, err := c.kubeClient()
+	if err != nil {
+		return append(out, res("worker/node", verify.Failf(w.Name, "see the apiserver checks", "%v", err)))
+	}
+	node, err := kube.GetNode(ctx, cs, w.Name)
+	if err != nil {
+		return append(out, res("worker/node", verify.Failf(w.Name, "see the apiserver checks", "%v", err)))
+	}
+	if ok, _ := kube.NodeReady(orEmpty(node)); ok && node != nil {
+		out = append(out, res("worker/node", verify.OKf(w.Name, "Node Ready (kubelet %s)", node.Status.NodeInfo.KubeletVersion)))
+	} else {
+		d := c.diagnoseWorker(ctx, w.Name, node)
+		out = append(out, res("worker/node", verify.Failf(w.Name, d.Hint, "Node not Ready: %s", d)))
+	}
+
+	subnets, err := c.podSubnets()
+	if err != nil {
+		return append(out, res("worker/podcidr", verify.Failf(w.Name, "", "%v", err)))
+	}
+	want := subnets[w.Name].String()
+	var bad []string
+	if node != nil && node.Spec.PodCIDR != want {
+		got := node.Spec.PodCIDR
+		if got == "" {
+			got = "none"
+		}
+		bad = append(bad, fmt.Sprintf("Node spec.podCIDR is %s", got))
+	}
+	if c.cniBridge() {
+		conf, err := sh.Run(ctx, "cat "+cniConfList, nil)
+		switch subs, perr := cniSubnets(conf); {
+		case err != nil:
+			bad = append(bad, fmt.Sprintf("no CNI config %s", cniConfList))
+		case perr != nil:
+			bad = append(bad, perr.Error())
+		case !slices.Equal(subs, []string{want}):
+			bad = append(bad, fmt.Sprintf("%s uses %s", cniConfList, strings.Join(subs, ", ")))
+		}
+	}
+	if len(bad) > 0 {
+		hint := "'hardway up' writes the CNI config and registers the Node with the allocated subnet"
+		if node != nil && node.Spec.PodCIDR != "" && node.Spec.PodCIDR != want {
+			hint = fmt.Sprintf("spec.podCIDR is immutable: 'kubectl delete node %s', then 'hardway up' registers it again with %s", w.Name, want)
+		}
+		out = append(out, res("worker/podcidr", verify.Failf(w.Name, hint, "allocated %s, but %s", want, strings.Join(bad, "; "))))
+	} else {
+		out = append(out, res("worker/podcidr", verify.OKf(w.Name, "%s in the state, the Node and the CNI config", want)))
+	}
+	return out
+}
+
+// cniSubnets are the host-local subnets of a CNI conflist (or single config).
+func cniSubnets(conf []byte) ([]string, error) {
+	type ipam struct {
+		Subnet string `json:"subnet"`
+		Ranges [][]struct {
+			Subnet string `json:"subnet"`
+		} `json:"ranges"`
+	}
+	type plugin struct {
+		Type string `json:"type"`
+		IPAM *ipam  `json:"ipam"`
+	}
+	var v struct {
+		plugin
+		Plugins []plugin `json:"plugins"`
+	}
+	if err := json.Unmarshal(conf, &v); err != nil {
+		return nil, fmt.Errorf("%s: %w", cniConfList, err)
+	}
+	var out []string
+	for _, p := range append(v.Plugins, v.plugin) {
+		if p.IPAM == nil {
+			continue
+		}
+		if p.IPAM.Subnet != "" {
+			out = append(out, p.IPAM.Subnet)
+		}
+		for _, set := range p.IPAM.Ranges {
+			for _, r := range set {
+				out = append(out, r.Subnet)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no ipam subnet", cniConfList)
+	}
+	return out, nil
+}
+
+// route is one line of 'ip -4 route show': destination and gateway.
+type route struct{ Dst, Via string }
+
+func parseRoutes(out string) []route {
+	var rs []route
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		r := route{Dst: f[0]}
+		if i := slices.Index(f, "via"); i >= 0 && i+1 < len(f) {
+			r.Via = f[i+1]
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// missingRoutes lists the pod subnets of other workers that host has no
+// route to via that worker's address.
+func (c *Cluster) missingRoutes(host string, rs []route, subnets map[string]netip.Prefix) []string {
+	var missing []string
+	for _, w := range c.Inv.Workers {
+		if w.Name == host {
+			continue
+		}
+		want := route{Dst: subnets[w.Name].String(), Via: w.IP()}
+		if !slices.Contains(rs, want) {
+			missing = append(missing, fmt.Sprintf("%s via %s (%s)", want.Dst, want.Via, w.Name))
+		}
+	}
+	return missing
+}
+
+func (c *Cluster) checkRoutes(ctx context.Context) []verify.Result {
+	subnets, err := c.podSubnets()
+	if err != nil {
+		return []verify.Result{verify.Failf("", "", "%v", err)}
+	}
+	hosts := c.Inv.Hosts()
+	out := make([]verify.Result, len(hosts))
+	_ = remote.ForEach(ctx, hosts, 8, func(ctx context.Context, h inventory.Host) error {
+		i := indexOf(hosts, h.Name)
+		r := func(x verify.Result) { x.Check, x.Host = "routes", h.Name; out[i] = x }
+		sh, err := c.Host(ctx, h.Name)
+		if err != nil {
+			r(verify.Failf(h.Name, "see host/ssh", "%v", err))
+			return nil
+		}
+		o, err := sh.Run(ctx, "ip -4 route show", nil)
+		if err != nil {
+			r(verify.Failf(h.Name, timeoutHint(err), "ip route: %v", err))
+			return nil
+		}
+		if miss := c.missingRoutes(h.Name, parseRoutes(string(o)), subnets); len(miss) > 0 {
+			r(verify.Failf(h.Name, fmt.Sprintf("'hardway up' starts %s.service, which adds them (and again at boot); see 'journalctl -u %s' on %s", PodRoutes, PodRoutes, h.Name),
+				"no route to %s", strings.Join(miss, ", ")))
+			return nil
+		}
+		r(verify.OKf(h.Name, "routes to the pod subnets of %d other worker(s)", len(c.Inv.Workers)-btoi(c.isWorker(h.Name))))
+		return nil
+	})
+	return out
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,103 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/remote"
+)
+
+// workerFactsScript prints what a worker needs from its host: the cgroup
+// version (the filesystem type of /sys/fs/cgroup) and which tools exist.
+const workerFactsScript = `echo "cgroupfs $(stat -fc %T /sys/fs/cgroup 2>/dev/null || echo missing)"
+for t in ip iptables iptables-restore iptables-save nft conntrack; do
+  if command -v $t >/dev/null 2>&1; then echo "tool $t yes"; else echo "tool $t no"; fi
+done
+`
+
+// workerTools says which tool each need requires, and which Debian package
+// has it (for the hint).
+var workerTools = []struct {
+	tool, pkg, why string
+	need           func(mode string) bool
+	warnOnly       bool
+}{
+	{"ip", "iproute2", "the pod routes", func(string) bool { return true }, false},
+	{"iptables", "iptables", "kube-proxy in iptables mode", func(m string) bool { return m != "nftables" }, false},
+	{"iptables-restore", "iptables", "kube-proxy in iptables mode", func(m string) bool { return m != "nftables" }, false},
+	{"iptables-save", "iptables", "kube-proxy in iptables mode", func(m string) bool { return m != "nftables" }, false},
+	{"nft", "nftables", "kube-proxy in nftables mode", func(m string) bool { return m == "nftables" }, false},
+	{"conntrack", "conntrack", "inspecting and clearing Service connections when debugging kube-proxy", func(string) bool { return true }, true},
+}
+
+// workerPreflight checks one worker host. A cgroup v1 host is an error unless
+// the inventory says it is a container host (the lab): the kubelet refuses
+// cgroup v1 from 1.35 on, and the setting that makes it accept it
+// (failCgroupV1: false) is a workaround for container hosts, never a default.
+func (c *Cluster) workerPreflight(ctx context.Context, sh remote.Host, h inventory.Host) (problems, warnings []string, err error) {
+	out, err := sh.Run(ctx, workerFactsScript, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, w := workerFactProblems(string(out), containerHost(h), c.proxyMode(), c.k8sMinor())
+	return p, w, nil
+}
+
+func (c *Cluster) k8sMinor() int {
+	if c.Inv.K8s == nil {
+		return 0
+	}
+	return c.Inv.K8s.Segments()[1]
+}
+
+// workerFactProblems turns workerFactsScript's output into problems (which
+// stop up) and warnings.
+func workerFactProblems(out string, containerHost bool, mode string, minor int) (problems, warnings []string) {
+	have := map[string]bool{}
+	fs := ""
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 2 && f[0] == "cgroupfs":
+			fs = f[1]
+		case len(f) == 3 && f[0] == "tool":
+			have[f[1]] = f[2] == "yes"
+		}
+	}
+	switch {
+	case fs == "cgroup2fs":
+	case containerHost:
+		// The lab's hosts: their cgroups are the machine's, and the
+		// rendered configs carry the container-host settings.
+	case minor >= 35 || minor == 0:
+		problems = append(problems, fmt.Sprintf("cgroup v1 (/sys/fs/cgroup is %s): the kubelet refuses it from Kubernetes 1.35 on (hint: boot the host with cgroup v2 — systemd.unified_cgroup_hierarchy=1 on the kernel command line, the default of current distributions; 'containerHost: true' is only for hosts that are containers, like the lab's)", fs))
+	default:
+		warnings = append(warnings, fmt.Sprintf("cgroup v1 (/sys/fs/cgroup is %s): supported by this Kubernetes minor, but in maintenance mode and refused from 1.35 on; move the host to cgroup v2", fs))
+	}
+	var missing []string
+	pkgs := map[string]bool{}
+	for _, t := range workerTools {
+		if !t.need(mode) || have[t.tool] {
+			continue
+		}
+		if t.warnOnly {
+			warnings = append(warnings, fmt.Sprintf("%s not found (package %s): useful for %s", t.tool, t.pkg, t.why))
+			continue
+		}
+		missing = append(missing, fmt.Sprintf("%s (for %s)", t.tool, t.why))
+		pkgs[t.pkg] = true
+	}
+	if len(missing) > 0 {
+		var ps []string
+		for _, t := range workerTools {
+			if pkgs[t.pkg] {
+				ps = append(ps, t.pkg)
+				delete(pkgs, t.pkg)
+			}
+		}
+		problems = append(problems, fmt.Sprintf("missing %s (hint: install the package(s) %s)", strings.Join(missing, ", "), strings.Join(ps, " ")))
+	}
+	return problems, warnings
+}

@@ -1,0 +1,364 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/kube"
+	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/usererr"
+)
+
+// WorkersStep is `hardway up`'s step for the hosts in workers: (and the pod
+// routes on every host).
+func (c *Cluster) WorkersStep() plan.Step {
+	return plan.Step{Name: "workers",
+		Doc:  "containerd, images, kubelet, kube-proxy and pod routes; new workers together, running ones one at a time; wait for each Node Ready",
+		Plan: c.planWorkers}
+}
+
+// unitSnapshot reads the state of comps on one host and the restart markers,
+// in one command.
+func (c *Cluster) unitSnapshot(ctx context.Context, sh remote.Host, comps []string) (*snapshot, error) {
+	var script strings.Builder
+	for _, comp := range comps {
+		fmt.Fprintf(&script, "echo '@%s'; systemctl show -p ActiveState -p UnitFileState -p NeedDaemonReload -p ActiveEnterTimestamp %s\n", comp, remote.Quote(comp+".service"))
+	}
+	fmt.Fprintf(&script, "echo '@restart'; ls -1 %s 2>/dev/null || true\n", restartDir)
+	out, err := sh.Run(ctx, script.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	sn := &snapshot{Units: map[string]unitState{}, Pending: map[string]bool{}}
+	section := ""
+	for _, l := range strings.Split(string(out), "\n") {
+		if name, ok := strings.CutPrefix(l, "@"); ok {
+			section = name
+			continue
+		}
+		switch section {
+		case "":
+		case "restart":
+			if l != "" {
+				sn.Pending[l] = true
+			}
+		default:
+			st := sn.Units[section]
+			st.set(l)
+			sn.Units[section] = st
+		}
+	}
+	c.mu.Lock()
+	for comp := range c.willRestart[sh.Name()] {
+		sn.Pending[comp] = true
+	}
+	c.mu.Unlock()
+	return sn, nil
+}
+
+// kubeClient is the admin client through the first control-plane host.
+func (c *Cluster) kubeClient() (kubernetes.Interface, error) {
+	return c.Kube(c.Inv.ControlPlane[0])
+}
+
+func (c *Cluster) planWorkers(ctx context.Context) ([]plan.Action, error) {
+	if len(c.Inv.Workers) == 0 {
+		return nil, nil
+	}
+	if err := c.ensureRendered(ctx); err != nil {
+		return nil, err
+	}
+	subnets, err := c.podSubnets()
+	if err != nil {
+		return nil, err
+	}
+	hosts := c.Inv.Hosts()
+	snaps := make([]*snapshot, len(hosts))
+	err = remote.ForEach(ctx, hosts, 8, func(ctx context.Context, h inventory.Host) error {
+		comps := c.hostComponents(h.Name)
+		if len(comps) == 0 {
+			return nil
+		}
+		sh, err := c.Host(ctx, h.Name)
+		if err != nil {
+			return err
+		}
+		sn, err := c.unitSnapshot(ctx, sh, comps)
+		snaps[indexOf(hosts, h.Name)] = sn
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	cs, err := c.kubeClient()
+	if err != nil {
+		return nil, err
+	}
+
+	var fresh, rolling []plan.Action
+	var freshNames []string
+	for _, w := range c.Inv.Workers {
+		sn := snaps[indexOf(hosts, w.Name)]
+		as, restarted, err := c.planWorker(ctx, cs, w, sn, subnets[w.Name].String())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", w.Name, err)
+		}
+		switch {
+		case isFresh(sn):
+			// Nothing runs there yet: no pod can be disturbed, so new
+			// workers start together and are waited for together.
+			fresh = append(fresh, as...)
+			freshNames = append(freshNames, w.Name)
+		case restarted:
+			// A running worker: restart it, and wait for its Node to be
+			// Ready again before the next one is touched.
+			rolling = append(rolling, as...)
+			rolling = append(rolling, c.waitReadyAction(w.Name))
+		default:
+			rolling = append(rolling, as...)
+		}
+	}
+	actions := fresh
+	if len(freshNames) > 0 {
+		actions = append(actions, c.waitReadyAction(freshNames...))
+	}
+	actions = append(actions, rolling...)
+	for _, h := range c.Inv.ControlPlane {
+		sn := snaps[indexOf(hosts, h.Name)]
+		if sn == nil {
+			continue
+		}
+		as, err := c.serviceActions(ctx, h, sn, PodRoutes, false, nil)
+		if err != nil {
+			return nil, err
+		}
+		actions = append(actions, as...)
+	}
+	return actions, nil
+}
+
+// isFresh is a worker where no worker service runs yet.
+func isFresh(sn *snapshot) bool {
+	for _, comp := range workerComponents() {
+		if sn.Units[comp].Active {
+			return false
+		}
+	}
+	return true
+}
+
+// planWorker plans one worker: containerd, the images it lacks, its Node
+// object with hardway's pod subnet, the kubelet, kube-proxy and the pod
+// routes. restarted says whether a running service is restarted.
+func (c *Cluster) planWorker(ctx context.Context, cs kubernetes.Interface, w inventory.Host, sn *snapshot, subnet string) ([]plan.Action, bool, error) {
+	sh, err := c.Host(ctx, w.Name)
+	if err != nil {
+		return nil, false, err
+	}
+	var actions []plan.Action
+	restarted := false
+	add := func(comp string) error {
+		as, err := c.serviceActions(ctx, w, sn, comp, false, nil)
+		for _, a := range as {
+			if sn.Units[comp].Active && strings.Contains(a.Desc, "restart") {
+				restarted = true
+			}
+		}
+		actions = append(actions, as...)
+		return err
+	}
+	if err := add(Containerd); err != nil {
+		return nil, false, err
+	}
+	// Ask containerd for its images only when it keeps running through
+	// this run; otherwise every image is imported after it starts.
+	runtimeUp := sn.Units[Containerd].Active && !sn.Pending[Containerd] && !sn.Units[Containerd].NeedReload
+	imgs, err := c.planImages(ctx, sh, c.manifests[w.Name], runtimeUp)
+	if err != nil {
+		return nil, false, err
+	}
+	actions = append(actions, imgs...)
+
+	node, err := kube.GetNode(ctx, cs, w.Name)
+	if err != nil {
+		return nil, false, err
+	}
+	switch {
+	case node == nil:
+		actions = append(actions, plan.Action{Host: w.Name, Desc: fmt.Sprintf("register Node %s with spec.podCIDR %s", w.Name, subnet),
+			Do: func(ctx context.Context) error { return kube.RegisterNode(ctx, cs, w.Name, subnet) }})
+	case node.Spec.PodCIDR == "":
+		actions = append(actions, plan.Action{Host: w.Name, Desc: fmt.Sprintf("set spec.podCIDR %s on Node %s", subnet, w.Name),
+			Do: func(ctx context.Context) error { return kube.SetPodCIDR(ctx, cs, w.Name, subnet) }})
+	case node.Spec.PodCIDR != subnet:
+		return nil, false, kube.PodCIDRConflict(w.Name, node.Spec.PodCIDR, subnet)
+	}
+	for _, comp := range []string{Kubelet, KubeProxy, PodRoutes} {
+		if err := add(comp); err != nil {
+			return nil, false, err
+		}
+	}
+	return actions, restarted, nil
+}
+
+// nodeTimeout bounds the wait for Nodes to become Ready.
+func (c *Cluster) nodeTimeout() time.Duration { return max(c.opt.ServiceTimeout, 2*time.Minute) }
+
+// waitReadyAction waits until every named Node is Ready.
+func (c *Cluster) waitReadyAction(names ...string) plan.Action {
+	desc := "wait for Node " + names[0] + " to be Ready"
+	if len(names) > 1 {
+		desc = "wait for Nodes " + strings.Join(names, ", ") + " to be Ready"
+	}
+	host := ""
+	if len(names) == 1 {
+		host = names[0]
+	}
+	return plan.Action{Host: host, Desc: desc, Do: func(ctx context.Context) error { return c.waitNodesReady(ctx, names) }}
+}
+
+// waitNodesReady polls the Nodes until all are Ready; on timeout it asks
+// each host that is not why, and says so with a hint.
+func (c *Cluster) waitNodesReady(ctx context.Context, names []string) error {
+	cs, err := c.kubeClient()
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, c.nodeTimeout())
+	defer cancel()
+	start := time.Now()
+	var mu sync.Mutex
+	last := map[string]*corev1.Node{}
+	err = poll(wctx, time.Second, func(ctx context.Context) error {
+		var notReady []string
+		for _, n := range names {
+			node, err := kube.GetNode(ctx, cs, n)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			last[n] = node
+			mu.Unlock()
+			if node == nil {
+				notReady = append(notReady, n+" (not registered)")
+			} else if ok, _ := kube.NodeReady(node); !ok {
+				notReady = append(notReady, n)
+			}
+		}
+		if len(notReady) > 0 {
+			return fmt.Errorf("not Ready: %s", strings.Join(notReady, ", "))
+		}
+		return nil
+	})
+	if err == nil {
+		c.logf("[workers] Ready: %s (%s)", strings.Join(names, ", "), time.Since(start).Round(100*time.Millisecond))
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	// Say why, per node, with what the host shows.
+	var lines, hints []string
+	for _, n := range names {
+		node := last[n]
+		if node != nil {
+			if ok, _ := kube.NodeReady(node); ok {
+				continue
+			}
+		}
+		dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		d := c.diagnoseWorker(dctx, n, node)
+		cancel()
+		lines = append(lines, n+": "+d.String())
+		if !slices.Contains(hints, d.Hint) {
+			hints = append(hints, d.Hint)
+		}
+	}
+	return usererr.New(fmt.Errorf("Nodes not Ready after %s:\n  %s", c.nodeTimeout(), strings.Join(lines, "\n  ")), strings.Join(hints, "\n"))
+}
+
+// diagnoseWorker says why a worker's Node is not Ready, from the host's side
+// first (is the runtime up, does it have a CNI config, is the kubelet
+// running, was its certificate refused) and then from the Node's condition.
+func (c *Cluster) diagnoseWorker(ctx context.Context, name string, node *corev1.Node) *kube.Diagnosis {
+	sh, err := c.Host(ctx, name)
+	if err != nil {
+		return &kube.Diagnosis{Cause: "unreachable", Detail: err.Error(), Hint: hintOf(err, "check SSH to "+name)}
+	}
+	sn, err := c.unitSnapshot(ctx, sh, []string{Containerd, Kubelet})
+	if err != nil {
+		return &kube.Diagnosis{Cause: "unreachable", Detail: err.Error(), Hint: "check SSH to " + name}
+	}
+	if !sn.Units[Containerd].Active {
+		return kube.Diagnose(kube.CauseRuntimeDown, "containerd is not active: "+lastLine(journalTail(ctx, sh, Containerd+".service", 5)), name)
+	}
+	out, err := sh.Run(ctx, crictlCmd+" info", nil)
+	if err != nil {
+		return kube.Diagnose(kube.CauseRuntimeDown, "containerd does not answer over CRI: "+err.Error(), name)
+	}
+	if d, err := kube.DiagnoseCRI(out, name); err != nil {
+		return kube.Diagnose(kube.CauseRuntimeDown, err.Error(), name)
+	} else if d != nil {
+		return d
+	}
+	if !sn.Units[Kubelet].Active {
+		return kube.Diagnose(kube.CauseKubeletDown, "kubelet is not active: "+lastLine(journalTail(ctx, sh, Kubelet+".service", 5)), name)
+	}
+	if d := kube.DiagnoseKubeletLog(kubeletLogSinceStart(ctx, sh), name); d != nil {
+		return d
+	}
+	if node == nil {
+		return kube.Diagnose(kube.CauseUnregistered, "", name)
+	}
+	_, why := kube.NodeReady(node)
+	return kube.DiagnoseCondition(why, name)
+}
+
+// kubeletLogSinceStart is the kubelet's journal since it last started, so
+// that a certificate error fixed since is not reported again.
+func kubeletLogSinceStart(ctx context.Context, sh remote.Host) string {
+	out, _ := sh.Run(ctx, "journalctl -u kubelet.service -n 400 --no-pager -o cat", nil)
+	lines := strings.Split(string(out), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "Started kubelet") {
+			return strings.Join(lines[i+1:], "\n")
+		}
+	}
+	return string(out)
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// orEmpty lets NodeReady take a Node that may not exist.
+func orEmpty(n *corev1.Node) *corev1.Node {
+	if n == nil {
+		return &corev1.Node{}
+	}
+	return n
+}
+
+// pushHosts are the hosts with a rendered manifest, in inventory order.
+func (c *Cluster) pushHosts() []inventory.Host {
+	var out []inventory.Host
+	for _, h := range c.Inv.Hosts() {
+		if c.manifests[h.Name] != nil {
+			out = append(out, h)
+		}
+	}
+	return out
+}
