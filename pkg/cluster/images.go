@@ -1,89 +1,24 @@
 package cluster
 
 import (
-	"archive/tar"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path"
-	"slices"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/units"
 )
 
-// An image is compared by its ID: the digest of its config blob. That is what
-// the CRI reports as an image's id, and it is fixed by the tarball's content,
-// so "already present" needs no import and no guess about how containerd
-// converts a docker archive into its own manifest.
-
-// archiveImage is what a docker-archive tarball holds.
-type archiveImage struct {
-	ID   string   // sha256:<hex> of the config blob
-	Tags []string // RepoTags
-}
-
-// readArchive finds the config digest and tags of a docker-archive tarball.
-func readArchive(p string) (archiveImage, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return archiveImage{}, err
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	sums := map[string]string{}
-	var manifest []byte
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return archiveImage{}, fmt.Errorf("%s: %w", p, err)
-		}
-		if h.Typeflag != tar.TypeReg {
-			continue
-		}
-		name := path.Clean(h.Name)
-		switch {
-		case name == "manifest.json":
-			if manifest, err = io.ReadAll(io.LimitReader(tr, 1<<20)); err != nil {
-				return archiveImage{}, fmt.Errorf("%s: %w", p, err)
-			}
-		case h.Size <= 4<<20:
-			// Configs are small; layers are not hashed (they need not be).
-			d := sha256.New()
-			if _, err := io.Copy(d, tr); err != nil {
-				return archiveImage{}, fmt.Errorf("%s: %w", p, err)
-			}
-			sums[name] = "sha256:" + hex.EncodeToString(d.Sum(nil))
-		}
-	}
-	var m []struct {
-		Config   string
-		RepoTags []string
-	}
-	if manifest == nil {
-		return archiveImage{}, fmt.Errorf("%s: no manifest.json: not a docker-archive image tarball", p)
-	}
-	if err := json.Unmarshal(manifest, &m); err != nil || len(m) != 1 {
-		return archiveImage{}, fmt.Errorf("%s: manifest.json must describe exactly one image (%v)", p, err)
-	}
-	id, ok := sums[path.Clean(m[0].Config)]
-	if !ok {
-		return archiveImage{}, fmt.Errorf("%s: config %s not in the archive", p, m[0].Config)
-	}
-	return archiveImage{ID: id, Tags: m[0].RepoTags}, nil
-}
+// An image is compared by its ID: the digest of its config blob, which
+// pkg/release reads from the verified tarball. That is what the CRI reports
+// as an image's id, and it is fixed by the tarball's content, so "already
+// present" needs no import and no guess about how containerd converts a
+// docker archive into its own manifest.
 
 // hostImage is one image in the host's containerd (k8s.io namespace).
 type hostImage struct {
@@ -132,9 +67,9 @@ func imagePresent(have []hostImage, name, id string) bool {
 
 // wantedImage is one image tarball the manifest pushes to a host.
 type wantedImage struct {
-	Name  string // registry.k8s.io/pause:3.10.2
-	Path  string // on the host
-	Local string // in the release cache
+	Name string // registry.k8s.io/pause:3.10.2
+	Path string // on the host
+	ID   string // sha256:<config digest>
 }
 
 // hostImages lists the image tarballs of a host's manifest.
@@ -144,7 +79,7 @@ func (c *Cluster) hostImages(m *units.Manifest) ([]wantedImage, error) {
 		if f.Source == nil || f.Source.Kind != units.SourceBinary {
 			continue
 		}
-		name, ok := imageName(f.Source.Name)
+		name, ok := strings.CutPrefix(f.Source.Name, release.ImagePrefix)
 		if !ok {
 			continue
 		}
@@ -152,36 +87,13 @@ func (c *Cluster) hostImages(m *units.Manifest) ([]wantedImage, error) {
 			return nil, errors.New("the release set is not resolved (run 'hardway fetch')")
 		}
 		a, ok := c.set.Get(f.Source.Name)
-		if !ok {
-			return nil, fmt.Errorf("release set has no %s", f.Source.Name)
+		if !ok || a.Image == nil {
+			return nil, fmt.Errorf("release set has no image %s", f.Source.Name)
 		}
-		out = append(out, wantedImage{Name: name, Path: f.Path, Local: a.Path})
+		out = append(out, wantedImage{Name: name, Path: f.Path, ID: a.Image.ID})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
-}
-
-// archiveIDs caches readArchive by path, size and modification time: the
-// cache's tarballs never change in place, and a converged up must not hash
-// them on every run.
-var archiveIDs sync.Map
-
-// archiveID reads (once per file version) the ID of a local image tarball.
-func (c *Cluster) archiveID(p string) (archiveImage, error) {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return archiveImage{}, err
-	}
-	key := fmt.Sprintf("%s\x00%d\x00%d", p, fi.Size(), fi.ModTime().UnixNano())
-	if a, ok := archiveIDs.Load(key); ok {
-		return a.(archiveImage), nil
-	}
-	a, err := readArchive(p)
-	if err != nil {
-		return a, err
-	}
-	archiveIDs.Store(key, a)
-	return a, nil
 }
 
 // planImages returns the import action for the images a worker lacks. When
@@ -208,18 +120,11 @@ func (c *Cluster) planImages(ctx context.Context, sh remote.Host, m *units.Manif
 	var todo []wantedImage
 	var names []string
 	for _, w := range want {
-		a, err := c.archiveID(w.Local)
-		if err != nil {
-			return nil, err
-		}
-		if !slices.ContainsFunc(a.Tags, func(t string) bool { return normalizeRef(t) == normalizeRef(w.Name) }) {
-			return nil, fmt.Errorf("image tarball %s is tagged %v, not %s", w.Local, a.Tags, w.Name)
-		}
-		if runtimeUp && imagePresent(have, w.Name, a.ID) {
+		if runtimeUp && imagePresent(have, w.Name, w.ID) {
 			continue
 		}
 		todo = append(todo, w)
-		names = append(names, fmt.Sprintf("%s (%s)", w.Name, shortID(a.ID)))
+		names = append(names, fmt.Sprintf("%s (%s)", w.Name, shortID(w.ID)))
 	}
 	if len(todo) == 0 {
 		return nil, nil

@@ -3,7 +3,6 @@ package cluster
 import (
 	"fmt"
 	"net/netip"
-	"strings"
 
 	"github.com/hardway/hardway/pkg/inventory"
 )
@@ -21,7 +20,6 @@ const (
 	ctrCmd         = "/usr/local/bin/ctr --address /run/containerd/containerd.sock -n k8s.io"
 	cniConfDir     = "/etc/cni/net.d"
 	cniConfList    = cniConfDir + "/10-bridge.conflist"
-	imageSourceTag = "image:" // release set names of image tarballs
 )
 
 // workerComponents are the services of a worker, in start order: the runtime
@@ -73,6 +71,3 @@ func containerHost(h inventory.Host) bool { return false }
 
 // proxyMode is kube-proxy's mode: iptables (default) or nftables.
 func (c *Cluster) proxyMode() string { return "iptables" }
-
-// imageName returns the image name of a release-set source name.
-func imageName(source string) (string, bool) { return strings.CutPrefix(source, imageSourceTag) }

@@ -1,74 +1,13 @@
 package cluster
 
 import (
-	"archive/tar"
-	"crypto/sha256"
-	"encoding/hex"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hardway/hardway/pkg/inventory"
 )
-
-// writeArchive writes a docker-archive tarball like go-containerregistry's
-// tarball.WriteToFile: config, layer, manifest.json last.
-func writeArchive(t *testing.T, dir, tag, config string) (string, string) {
-	t.Helper()
-	sum := sha256.Sum256([]byte(config))
-	cfgName := "sha256:" + hex.EncodeToString(sum[:])
-	p := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(tag)+".tar")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tw := tar.NewWriter(f)
-	add := func(name string, data []byte) {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	add(cfgName, []byte(config))
-	add("abc.tar.gz", []byte("layer bytes"))
-	add("manifest.json", []byte(`[{"Config":"`+cfgName+`","RepoTags":["`+tag+`"],"Layers":["abc.tar.gz"]}]`))
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	return p, "sha256:" + hex.EncodeToString(sum[:])
-}
-
-func TestReadArchive(t *testing.T) {
-	dir := t.TempDir()
-	p, id := writeArchive(t, dir, "registry.k8s.io/pause:3.10.2", `{"architecture":"amd64","os":"linux"}`)
-	a, err := readArchive(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a.ID != id || !slices.Equal(a.Tags, []string{"registry.k8s.io/pause:3.10.2"}) {
-		t.Fatalf("got %+v, want id %s", a, id)
-	}
-	// The cached read answers the same.
-	c := &Cluster{}
-	if b, err := c.archiveID(p); err != nil || b.ID != id {
-		t.Fatalf("cached: %+v %v", b, err)
-	}
-	// Not an image tarball.
-	bad := filepath.Join(dir, "bad.tar")
-	f, _ := os.Create(bad)
-	tw := tar.NewWriter(f)
-	tw.Close()
-	f.Close()
-	if _, err := readArchive(bad); err == nil || !strings.Contains(err.Error(), "no manifest.json") {
-		t.Fatalf("empty tar: %v", err)
-	}
-}
 
 func TestImagePresent(t *testing.T) {
 	out := `{"images":[
