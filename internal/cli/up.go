@@ -34,7 +34,7 @@ func (a *App) newUpCmd() *cobra.Command {
 	var o upOptions
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Build or converge the control plane described by the inventory",
+		Short: "Build or converge the cluster described by the inventory",
 		Long: `Bring the cluster to what the inventory describes, step by step:
 
   preflight      SSH with verified host keys; Linux, systemd, arch, clock skew,
@@ -48,6 +48,13 @@ func (a *App) newUpCmd() *cobra.Command {
   control-plane  kube-apiserver, kube-controller-manager, kube-scheduler,
                  host by host, waiting for /readyz or /healthz before the next
   rbac           the RBAC that lets the apiserver reach kubelets
+  workers        on every host in workers: containerd, the image tarballs it
+                 lacks (compared by image ID), the Node registered with its pod
+                 subnet, kubelet, kube-proxy and the pod routes (also on the
+                 control-plane hosts); new workers start together, running ones
+                 restart one at a time; each Node is waited for until Ready,
+                 and a timeout says why (runtime down, CNI config missing,
+                 certificate refused)
 
 Each step first plans (reads only), then acts; a step with nothing to do
 says "up to date", and a run with nothing to do says "no changes". Only the

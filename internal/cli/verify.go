@@ -27,8 +27,12 @@ units enabled and active, clock skew; etcd health, members (stale ones named
 with the command that removes them), leader and alarms; every apiserver's
 /livez and /readyz; controller-manager and scheduler /healthz and their
 leader leases; the kubelet RBAC and its subject; encryption at rest (a probe
-Secret read raw from etcd); version skew; and, when nodes exist, NotReady
-nodes with the reason.
+Secret read raw from etcd); version skew; per worker its units (containerd,
+kubelet, kube-proxy, pod routes), containerd over CRI, the Node Ready (or
+why not: runtime down, CNI config missing, certificate refused), the pod
+subnet in the state, the Node and the CNI config alike; a route to every
+other worker's pod subnet on every host; and NotReady nodes cluster-wide
+with the reason.
 
 It never uses componentstatuses (deprecated, and it probes ports that no
 longer exist). Exit code 1 when any check fails.`,

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-version"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/kube"
@@ -39,7 +38,7 @@ func (c *Cluster) Checks() []verify.Check {
 	)
 	checks = append(checks, c.WorkerChecks()...)
 	checks = append(checks,
-		verify.Check{Name: "nodes", Doc: "NotReady nodes, not-ready taints, missing CNI", Run: c.checkNodes},
+		verify.Check{Name: "nodes", Doc: "NotReady nodes with the reason, pods Pending behind the not-ready taint, Calico IPPools that differ from podCIDR", Run: c.checkNodes},
 	)
 	return checks
 }
@@ -337,28 +336,6 @@ func (c *Cluster) checkVersions(ctx context.Context) []verify.Result {
 	}
 	if len(out) == 0 {
 		out = append(out, verify.Result{Check: "versions", Status: verify.Pass, Message: fmt.Sprintf("%d apiservers on %s", len(minors), c.Inv.KubernetesVersion)})
-	}
-	return out
-}
-
-func (c *Cluster) checkNodes(ctx context.Context) []verify.Result {
-	cs, err := c.Kube(c.Inv.ControlPlane[0])
-	if err != nil {
-		return []verify.Result{verify.Failf("", "", "%v", err)}
-	}
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return []verify.Result{verify.Failf("", "", "list nodes: %v", err)}
-	}
-	if len(nodes.Items) == 0 {
-		return []verify.Result{verify.OKf("", "no nodes registered yet (a control plane without workers)")}
-	}
-	var out []verify.Result
-	for _, p := range kube.NodeProblems(nodes.Items) {
-		out = append(out, verify.Result{Check: "nodes", Host: p.Node, Status: verify.Fail, Message: p.Reason, Hint: p.Hint})
-	}
-	if len(out) == 0 {
-		out = append(out, verify.OKf("", "%d nodes Ready", len(nodes.Items)))
 	}
 	return out
 }

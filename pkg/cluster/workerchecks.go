@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/kube"
 	"github.com/hardway/hardway/pkg/remote"
@@ -229,4 +232,75 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// checkNodes is the cluster-wide view: NotReady nodes with the reason (the
+// missing CNI config first among them), pods kept Pending by the not-ready
+// taint, and Calico IPPools whose CIDR is not the inventory's podCIDR.
+func (c *Cluster) checkNodes(ctx context.Context) []verify.Result {
+	cs, err := c.kubeClient()
+	if err != nil {
+		return []verify.Result{verify.Failf("", "", "%v", err)}
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return []verify.Result{verify.Failf("", "", "list nodes: %v", err)}
+	}
+	if len(nodes.Items) == 0 {
+		if len(c.Inv.Workers) > 0 {
+			return []verify.Result{verify.Failf("", "'hardway up' registers the workers and starts their kubelets", "no nodes registered, but the inventory has %d worker(s)", len(c.Inv.Workers))}
+		}
+		return []verify.Result{verify.OKf("", "no nodes registered yet (a control plane without workers)")}
+	}
+	var out []verify.Result
+	for _, p := range kube.NodeProblems(nodes.Items) {
+		out = append(out, verify.Result{Check: "nodes", Host: p.Node, Status: verify.Fail, Message: p.Reason, Hint: p.Hint})
+	}
+	if pods, err := kube.PendingPods(ctx, cs); err != nil {
+		out = append(out, verify.Failf("", "", "%v", err))
+	} else if p := kube.PendingBehindTaint(pods); p != nil {
+		out = append(out, verify.Result{Check: "nodes/pending", Status: verify.Fail, Message: p.Reason, Hint: p.Hint})
+	}
+	out = append(out, c.checkIPPools(ctx, cs)...)
+	for i := range out {
+		if out[i].Check == "" {
+			out[i].Check = "nodes"
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, verify.OKf("", "%d nodes Ready", len(nodes.Items)))
+	}
+	return out
+}
+
+// checkIPPools compares Calico's IPPools, where its CRDs are installed, with
+// the inventory's networks.
+func (c *Cluster) checkIPPools(ctx context.Context, cs kubernetes.Interface) []verify.Result {
+	body, found, err := kube.CalicoIPPools(ctx, cs)
+	if err != nil {
+		return []verify.Result{{Check: "nodes/ippools", Status: verify.Warn, Message: err.Error()}}
+	}
+	if !found {
+		return nil
+	}
+	hosts := map[string]netip.Addr{}
+	for _, h := range c.Inv.Hosts() {
+		if a, err := netip.ParseAddr(h.IP()); err == nil {
+			hosts[h.Name] = a
+		}
+	}
+	pod, _ := netip.ParsePrefix(c.Inv.Network.PodCIDR)
+	svc, _ := netip.ParsePrefix(c.Inv.Network.ServiceCIDR)
+	ps, err := kube.IPPoolProblems(body, pod.Masked(), svc.Masked(), hosts)
+	if err != nil {
+		return []verify.Result{{Check: "nodes/ippools", Status: verify.Warn, Message: err.Error()}}
+	}
+	var out []verify.Result
+	for _, p := range ps {
+		out = append(out, verify.Result{Check: "nodes/ippools", Status: verify.Fail, Message: p.Reason, Hint: p.Hint})
+	}
+	if len(out) == 0 {
+		out = append(out, verify.Result{Check: "nodes/ippools", Status: verify.Pass, Message: "Calico IPPools inside network.podCIDR " + c.Inv.Network.PodCIDR})
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -118,5 +119,59 @@ func TestRegisterNode(t *testing.T) {
 	err = RegisterNode(ctx, cs, "worker-2", "10.200.5.0/24")
 	if err == nil || !strings.Contains(usererr.HintOf(err), "kubectl delete node worker-2") {
 		t.Fatalf("conflict: %v (hint %q)", err, usererr.HintOf(err))
+	}
+}
+
+func TestPendingBehindTaint(t *testing.T) {
+	pending := func(ns, name, msg string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Status: corev1.PodStatus{Phase: corev1.PodPending,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: msg}}}}
+	}
+	taint := "0/2 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/not-ready: }. preemption: 0/2 nodes are available"
+	pods := []corev1.Pod{
+		pending("kube-system", "calico-kube-controllers-1", taint),
+		pending("kube-system", "coredns-1", taint),
+		pending("default", "big", "0/2 nodes are available: 2 Insufficient memory."),
+		{ObjectMeta: metav1.ObjectMeta{Name: "running"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},
+	}
+	p := PendingBehindTaint(pods)
+	if p == nil || !strings.HasPrefix(p.Reason, "2 pod(s) Pending behind the node.kubernetes.io/not-ready taint: kube-system/calico-kube-controllers-1, kube-system/coredns-1") ||
+		!strings.Contains(p.Hint, "DaemonSet") || !strings.Contains(p.Hint, "tolerate") {
+		t.Fatalf("got %+v", p)
+	}
+	if p := PendingBehindTaint(pods[2:]); p != nil {
+		t.Fatalf("no taint: %+v", p)
+	}
+}
+
+func TestIPPoolProblems(t *testing.T) {
+	list := `{"apiVersion":"crd.projectcalico.org/v1","kind":"IPPoolList","items":[
+	 {"metadata":{"name":"default-ipv4-ippool"},"spec":{"cidr":"192.168.0.0/16","ipipMode":"Always"}},
+	 {"metadata":{"name":"good"},"spec":{"cidr":"10.200.0.0/16"}},
+	 {"metadata":{"name":"inside"},"spec":{"cidr":"10.200.128.0/17"}},
+	 {"metadata":{"name":"off"},"spec":{"cidr":"172.16.0.0/16","disabled":true}},
+	 {"metadata":{"name":"services"},"spec":{"cidr":"10.32.0.0/16"}},
+	 {"metadata":{"name":"v6"},"spec":{"cidr":"fd00::/48"}}]}`
+	hosts := map[string]netip.Addr{"controller-1": netip.MustParseAddr("192.168.1.11")}
+	ps, err := IPPoolProblems([]byte(list), netip.MustParsePrefix("10.200.0.0/16"), netip.MustParsePrefix("10.32.0.0/24"), hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range ps {
+		got = append(got, p.Reason)
+		if !strings.Contains(p.Hint, "CALICO_IPV4POOL_CIDR=10.200.0.0/16") {
+			t.Errorf("hint %q", p.Hint)
+		}
+	}
+	want := []string{
+		"IPPool default-ipv4-ippool cidr 192.168.0.0/16 differs from network.podCIDR 10.200.0.0/16; contains host controller-1 (192.168.1.11)",
+		"IPPool services cidr 10.32.0.0/16 differs from network.podCIDR 10.200.0.0/16; overlaps the service range 10.32.0.0/24",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := IPPoolProblems([]byte("<html>"), netip.Prefix{}, netip.Prefix{}, nil); err == nil {
+		t.Fatal("garbage accepted")
 	}
 }
