@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # hack/lab-demo.sh: what `make demo` runs. Builds the release mirror (cached), starts three lab
-# hosts (or reuses the running lab), then `hardway up` and `hardway verify` against them, and
-# says how to use kubectl. Steps this build of hardway does not have yet are reported, not faked.
+# controllers and two workers (or reuses the running lab), then `hardway up` and `hardway verify`
+# against them, and says how to use kubectl. Steps this build of hardway does not have yet are
+# reported, not faked. LAB_WORKERS=0 gives a control plane alone.
 # Needs root. Undo with: bin/hardway lab down
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 HW=${HW:-$top/bin/hardway}
 LAB_DIR=${LAB_DIR:-lab}
+LAB_WORKERS=${LAB_WORKERS:-2}
 export HARDWAY_MIRROR=${HARDWAY_MIRROR:-/var/tmp/hardway/mirror}
 
 step() { echo; echo "==> $*"; }
@@ -19,7 +21,7 @@ t0=$(date +%s)
 bash hack/mirror/build.sh
 echo "mirror ready in $(( $(date +%s) - t0 ))s"
 
-step "lab hosts: hardway lab up --dir $LAB_DIR"
+step "lab hosts: hardway lab up --dir $LAB_DIR --workers $LAB_WORKERS"
 INV=$LAB_DIR/inventory.yaml
 if "$HW" lab status -o json | grep -q '"up": true'; then
   echo "the lab is already up (hardway lab down to start over):"
@@ -27,7 +29,7 @@ if "$HW" lab status -o json | grep -q '"up": true'; then
   INV=$("$HW" lab status -o json | sed -n 's/^ *"inventory": "\(.*\)",$/\1/p')
   LAB_DIR=$(dirname "$INV")
 else
-  "$HW" lab up --dir "$LAB_DIR"
+  "$HW" lab up --dir "$LAB_DIR" --workers "$LAB_WORKERS"
 fi
 
 missing=()
@@ -53,7 +55,7 @@ try verify -i "$INV"
 step "next"
 kubectl=$HARDWAY_MIRROR/kubernetes/release/v1.36.3/bin/linux/$(go env GOARCH)/kubectl
 kubeconfig=$(find "$LAB_DIR" -name 'admin*.kubeconfig' 2>/dev/null | head -1)
-echo "hosts:    ssh -F $LAB_DIR/ssh_config controller-1"
+echo "hosts:    ssh -F $LAB_DIR/ssh_config controller-1   (workers: worker-1, ...)"
 if [ -n "$kubeconfig" ]; then
   echo "kubectl:  $kubectl --kubeconfig $kubeconfig get --raw /readyz?verbose"
 else

@@ -15,14 +15,16 @@ func (a *App) newLabCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "lab",
 		Short: "Run practice hosts on this machine (root, Linux)",
-		Long: `hardway lab runs N practice hosts on this Linux machine: systemd-nspawn
+		Long: `hardway lab runs practice hosts on this Linux machine: systemd-nspawn
 containers booting real systemd and OpenSSH, each in its own network namespace
-on a bridge (10.240.0.0/24 by default, the tutorial's addresses). 'lab up'
-writes lab/inventory.yaml for them:
+on a bridge (10.240.0.0/24 by default, the tutorial's addresses): controllers
+at .11, .12, ... and, with --workers, worker hosts at .21, .22, ... that can
+run containerd, kubelet and kube-proxy. 'lab up' writes lab/inventory.yaml
+for them:
 
-  sudo hardway lab up
+  sudo hardway lab up --workers 2
   sudo hardway up -i lab/inventory.yaml
-  ssh -F lab/ssh_config controller-1
+  ssh -F lab/ssh_config worker-1
   sudo hardway lab down`,
 	}
 	cmd.PersistentFlags().StringVar(&cfg.Prefix, "prefix", lab.DefaultPrefix,
@@ -48,7 +50,7 @@ writes lab/inventory.yaml for them:
 			if err != nil {
 				return err
 			}
-			for _, h := range res.Hosts {
+			for _, h := range append(res.Hosts, res.Workers...) {
 				fmt.Fprintf(a.Stdout, "%-14s %s\n", h.Name, h.Address)
 			}
 			fmt.Fprintf(a.Stdout, "\ninventory: %s\nssh:       ssh -F %s %s\nnext:      hardway up -i %s\n",
@@ -56,7 +58,10 @@ writes lab/inventory.yaml for them:
 			return nil
 		},
 	}
-	up.Flags().IntVar(&cfg.Hosts, "hosts", lab.DefaultHosts, "number of hosts")
+	up.Flags().IntVar(&cfg.Hosts, "hosts", lab.DefaultHosts, "number of control-plane hosts (controller-1..N at .11, .12, ...)")
+	up.Flags().IntVar(&cfg.Workers, "workers", lab.DefaultWorkers,
+		"number of worker hosts (worker-1..N at .21, .22, ...), with what containerd and kubelet need: own cgroups in every\n"+
+			"hierarchy, writable cgroups, a plain /var/lib/containerd, kubelet's sysctls shown read-only, /dev/kmsg")
 	up.Flags().StringVar(&cfg.Dir, "dir", lab.DefaultDir, "directory for the inventory, SSH key, known_hosts and ssh_config")
 	up.Flags().StringVar(&cfg.Net, "net", lab.DefaultNet, "the lab's /24: bridge .1, hosts .11, .12, ...")
 
@@ -101,9 +106,9 @@ writes lab/inventory.yaml for them:
 			}
 			fmt.Fprintf(a.Stdout, "lab %q on %s, inventory %s\n", st.Prefix, st.Net, st.Inventory)
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "HOST\tADDRESS\tCONTAINER\tSSH\tMEMORY")
+			fmt.Fprintln(tw, "HOST\tROLE\tADDRESS\tCONTAINER\tSSH\tMEMORY")
 			for _, h := range st.Hosts {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f MiB\n", h.Name, h.Address,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f MiB\n", h.Name, h.Role, h.Address,
 					yesNo(h.Running, "running", "stopped"), yesNo(h.SSH, "open", "closed"), float64(h.Memory)/(1<<20))
 			}
 			return tw.Flush()

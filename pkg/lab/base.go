@@ -2,12 +2,15 @@ package lab
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -17,15 +20,36 @@ import (
 // basePackages is what every lab host has: real systemd and OpenSSH (with the
 // sftp subsystem hardway copies files with), ca-certificates for the control
 // plane's binaries (they are static, they need nothing else), and a few tools
-// a learner expects on a host.
+// a learner expects on a host. The second group is what containerd, kubelet
+// and kube-proxy call on a worker: iptables and nftables (kube-proxy's two
+// modes, the CNI portmap plugin), conntrack (kube-proxy flushes stale UDP
+// entries), socat (kubectl port-forward), kmod (modprobe; kubelet and
+// kube-proxy call it), util-linux and mount (mountpoint, nsenter, mount),
+// ethtool (the bridge plugin's veths). They are small, so one base serves
+// both roles.
 var basePackages = []string{
 	"systemd", "systemd-sysv", "dbus", "openssh-server", "openssh-sftp-server",
 	"iproute2", "ca-certificates", "curl", "procps", "iputils-ping", "less",
+
+	"iptables", "nftables", "conntrack", "socat", "kmod", "util-linux", "mount", "ethtool",
 }
 
-// baseStamp marks a finished base; bump it when prepareBase changes so an old
-// base is not used with a new recipe.
-const baseStamp = "hardway-lab-base 1\n"
+// baseRecipe names what prepareBase does; bump it when that changes.
+const baseRecipe = "hardway-lab-base 2"
+
+// baseStamp is written into a finished base. Its hash names the base's
+// directory, so a base built from another package list or recipe is never
+// used: the lab builds a new one beside it.
+func baseStamp(packages []string) string {
+	p := slices.Clone(packages)
+	slices.Sort(p)
+	return baseRecipe + "\npackages: " + strings.Join(p, ",") + "\n"
+}
+
+func baseKey(packages []string) string {
+	sum := sha256.Sum256([]byte(baseStamp(packages)))
+	return hex.EncodeToString(sum[:6])
+}
 
 // networkUnits would wake up inside a host on their own and try the network
 // (or the disk); the lab hosts have no way out and should stay quiet.
@@ -38,14 +62,10 @@ var networkUnits = []string{
 // ensureBase debootstraps the shared read-only lower layer once; later labs
 // reuse it. A lock keeps two concurrent `lab up`s from building it twice.
 func (l *Lab) ensureBase(ctx context.Context) (string, error) {
-	rootfs := filepath.Join(l.cfg.BaseDir, "rootfs")
-	if stamp, err := os.ReadFile(filepath.Join(rootfs, "etc/hardway-lab-base")); err == nil {
-		if string(stamp) == baseStamp {
-			return rootfs, nil
-		}
-		return "", usererr.Errorf(
-			fmt.Sprintf("remove it (no lab may be up) and run again: rm -rf %s", l.cfg.BaseDir),
-			"lab base %s was built by another version of hardway", rootfs)
+	stamp := baseStamp(basePackages)
+	rootfs := filepath.Join(l.cfg.BaseDir, "rootfs-"+baseKey(basePackages))
+	if got, err := os.ReadFile(filepath.Join(rootfs, "etc/hardway-lab-base")); err == nil && string(got) == stamp {
+		return rootfs, nil
 	}
 	if err := os.MkdirAll(l.cfg.BaseDir, 0o755); err != nil {
 		return "", err
@@ -55,8 +75,11 @@ func (l *Lab) ensureBase(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer unlock()
-	if _, err := os.Stat(filepath.Join(rootfs, "etc/hardway-lab-base")); err == nil {
+	if got, err := os.ReadFile(filepath.Join(rootfs, "etc/hardway-lab-base")); err == nil && string(got) == stamp {
 		return rootfs, nil // built while we waited for the lock
+	}
+	if err := os.RemoveAll(rootfs); err != nil { // a half-built one
+		return "", err
 	}
 	if _, err := exec.LookPath("debootstrap"); err != nil {
 		return "", usererr.Errorf("install it: apt-get install debootstrap (or run hack/setup.sh)",
@@ -92,19 +115,38 @@ func (l *Lab) ensureBase(ctx context.Context) (string, error) {
 	if err := cmd.Run(); err != nil {
 		return "", usererr.Errorf("see "+logPath, "debootstrap %s from %s: %w", src.Suite, src.URI, err)
 	}
-	if err := prepareBase(tmp); err != nil {
+	if err := prepareBase(tmp, stamp); err != nil {
 		return "", fmt.Errorf("prepare lab base: %w", err)
 	}
 	if err := os.Rename(tmp, rootfs); err != nil {
 		return "", err
 	}
+	l.removeOldBases(rootfs)
 	return rootfs, nil
+}
+
+// removeOldBases deletes the bases of other package lists or recipes that no
+// running lab uses as its lower layer (about 300 MB each). Called under the
+// base lock, so no base is being built.
+func (l *Lab) removeOldBases(keep string) {
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	old, _ := filepath.Glob(filepath.Join(l.cfg.BaseDir, "rootfs*"))
+	for _, d := range old {
+		if d == keep || strings.Contains(string(mi), "lowerdir="+d+",") || strings.Contains(string(mi), "lowerdir="+d+" ") {
+			continue
+		}
+		if err := os.RemoveAll(d); err != nil {
+			l.logf("old lab base %s not removed: %v", d, err)
+			continue
+		}
+		l.logf("removed old lab base %s", d)
+	}
 }
 
 // prepareBase makes a fresh debootstrap usable as a shared lower layer: no
 // identity of its own (each host gets its own host key and machine-id), sshd
 // for keys only, nothing that tries the network by itself, multi-user boot.
-func prepareBase(r string) error {
+func prepareBase(r, stamp string) error {
 	keys, _ := filepath.Glob(filepath.Join(r, "etc/ssh/ssh_host_*"))
 	for _, k := range keys {
 		if err := os.Remove(k); err != nil {
@@ -140,7 +182,7 @@ func prepareBase(r string) error {
 			return err
 		}
 	}
-	return os.WriteFile(filepath.Join(r, "etc/hardway-lab-base"), []byte(baseStamp), 0o644)
+	return os.WriteFile(filepath.Join(r, "etc/hardway-lab-base"), []byte(stamp), 0o644)
 }
 
 // flock takes an exclusive lock on path, waiting for it.

@@ -206,36 +206,6 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
-// removeCgroup removes a cgroup tree depth-first: systemd inside the
-// container leaves its child cgroups behind. Their last processes may take a
-// moment to be gone.
-func removeCgroup(dir string) error {
-	var last error
-	for range 50 {
-		var dirs []string
-		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		if err != nil || len(dirs) == 0 {
-			return nil
-		}
-		last = nil
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				last = err
-			}
-		}
-		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("remove cgroup %s: %w", dir, last)
-}
-
 // removeRunNetns undoes the /run/netns mount `ip netns add` made, if this
 // lab's was the first and no namespace is left in it.
 func removeRunNetns() error {
@@ -264,6 +234,7 @@ func removeRunNetns() error {
 // Status is one host's state as `lab status` shows it.
 type Status struct {
 	Name    string `json:"name"`
+	Role    string `json:"role"` // RoleController or RoleWorker
 	Address string `json:"address"`
 	Running bool   `json:"running"` // its systemd-nspawn runs
 	SSH     bool   `json:"ssh"`     // port 22 accepts connections
@@ -294,7 +265,11 @@ func (l *Lab) Status(ctx context.Context) (*LabStatus, error) {
 	}
 	ls.Up, ls.Net, ls.Inventory = true, st.Net, filepath.Join(st.LabDir, InventoryFile)
 	for _, h := range st.Hosts {
-		s := Status{Name: h.Name, Address: h.Address, Running: nspawnPID(h) != 0}
+		role := h.Role
+		if role == "" {
+			role = RoleController
+		}
+		s := Status{Name: h.Name, Role: role, Address: h.Address, Running: nspawnPID(h) != 0}
 		if s.Running {
 			s.SSH = tcpOpen(ctx, h.Address+":22")
 			s.Memory = cgroupMemory(h.Cgroups)

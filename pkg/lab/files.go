@@ -51,7 +51,11 @@ func (l *Lab) writeClientFiles(st *state, key ed25519.PrivateKey, hostKeys map[s
 	}
 	var kh, cfg strings.Builder
 	for _, h := range st.Hosts {
-		res.Hosts = append(res.Hosts, Host{Name: h.Name, Address: h.Address})
+		if h.worker() {
+			res.Workers = append(res.Workers, Host{Name: h.Name, Address: h.Address})
+		} else {
+			res.Hosts = append(res.Hosts, Host{Name: h.Name, Address: h.Address})
+		}
 		fmt.Fprintf(&kh, "%s,%s %s", h.Address, h.Name, ssh.MarshalAuthorizedKey(hostKeys[h.Name]))
 		fmt.Fprintf(&cfg, "Host %s %s\n  HostName %s\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n"+
 			"  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout 5\n\n",
@@ -60,7 +64,7 @@ func (l *Lab) writeClientFiles(st *state, key ed25519.PrivateKey, hostKeys map[s
 	for _, f := range []struct{ path, data string }{
 		{res.KnownHosts, kh.String()},
 		{res.SSHConfig, cfg.String()},
-		{res.Inventory, renderInventory(l.cfg, res.Hosts)},
+		{res.Inventory, renderInventory(l.cfg, res.Hosts, res.Workers)},
 	} {
 		if err := fsutil.WriteFile(f.path, []byte(f.data), 0o644); err != nil {
 			return nil, err
@@ -71,7 +75,7 @@ func (l *Lab) writeClientFiles(st *state, key ed25519.PrivateKey, hostKeys map[s
 
 // renderInventory writes the inventory for `hardway up -i lab/inventory.yaml`.
 // Paths in it are relative to the inventory file, so the lab dir can move.
-func renderInventory(cfg Config, hosts []Host) string {
+func renderInventory(cfg Config, hosts, workers []Host) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Written by 'hardway lab up' for the lab hosts (prefix %s); 'hardway lab down' removes it.
 cluster: lab
@@ -83,12 +87,20 @@ ssh:
   port: 22
   identityFile: %s
   knownHostsFile: %s
+network:
+  serviceCIDR: %s
 releases:
   kubernetes: file://%s/kubernetes
   etcd: file://%s/etcd
 controlPlane:
-`, cfg.Prefix, cfg.KubernetesVersion, cfg.EtcdVersion, runtime.GOARCH, IdentityFile, KnownHostsFile, cfg.Mirror, cfg.Mirror)
+`, cfg.Prefix, cfg.KubernetesVersion, cfg.EtcdVersion, runtime.GOARCH, IdentityFile, KnownHostsFile, ServiceCIDR, cfg.Mirror, cfg.Mirror)
 	for _, h := range hosts {
+		fmt.Fprintf(&b, "  - name: %s\n    address: %s\n", h.Name, h.Address)
+	}
+	if len(workers) > 0 {
+		b.WriteString("workers:\n")
+	}
+	for _, h := range workers {
 		fmt.Fprintf(&b, "  - name: %s\n    address: %s\n", h.Name, h.Address)
 	}
 	return b.String()

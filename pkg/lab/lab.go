@@ -28,10 +28,13 @@ import (
 
 // Config says which lab to run. The zero value of every field means its default.
 type Config struct {
-	Dir    string // where id_ed25519, known_hosts, ssh_config, inventory.yaml go; default "lab"
-	Hosts  int    // default 3
-	Net    string // the /24 as "10.240.0" or "10.240.0.0/24"; default 10.240.0
-	Prefix string // starts every netns, link, cgroup and machine name; default "hw"
+	Dir   string // where id_ed25519, known_hosts, ssh_config, inventory.yaml go; default "lab"
+	Hosts int    // control-plane hosts controller-1..N at .11, .12, ...; default 3
+	// Workers are container hosts worker-1..N at .21, .22, ...: the privileges
+	// containerd, kubelet and kube-proxy need (see worker.go); default 0.
+	Workers int
+	Net     string // the /24 as "10.240.0" or "10.240.0.0/24"; default 10.240.0
+	Prefix  string // starts every netns, link, cgroup and machine name; default "hw"
 
 	Root    string // state and overlays: Root/lab/<prefix>; default /var/tmp/hardway
 	BaseDir string // cached debootstrap rootfs; default Root/lab-base
@@ -49,8 +52,13 @@ type Config struct {
 
 // Defaults for Config.
 const (
-	DefaultDir               = "lab"
-	DefaultHosts             = 3
+	DefaultDir     = "lab"
+	DefaultHosts   = 3
+	DefaultWorkers = 0
+	// MaxHosts and MaxWorkers keep the addresses apart: controllers .11-.20,
+	// workers .21-.40.
+	MaxHosts                 = 20
+	MaxWorkers               = 20
 	DefaultNet               = "10.240.0"
 	DefaultPrefix            = "hw"
 	DefaultRoot              = "/var/tmp/hardway"
@@ -105,8 +113,14 @@ func New(cfg Config) (*Lab, error) {
 		cfg.Log = io.Discard
 	}
 	var errs []error
-	if cfg.Hosts < 1 || cfg.Hosts > 20 {
-		errs = append(errs, fmt.Errorf("--hosts %d: want 1 to 20", cfg.Hosts))
+	if cfg.Hosts < 1 || cfg.Hosts > MaxHosts {
+		errs = append(errs, fmt.Errorf("--hosts %d: want 1 to %d", cfg.Hosts, MaxHosts))
+	}
+	if cfg.Workers < 0 || cfg.Workers > MaxWorkers {
+		errs = append(errs, fmt.Errorf("--workers %d: want 0 to %d", cfg.Workers, MaxWorkers))
+	} else if cfg.Workers > 0 && cfg.Hosts > workerFirstOctet-controllerFirstOctet {
+		errs = append(errs, fmt.Errorf("--hosts %d with --workers: controllers use .11-.20 and workers .21 on; want at most %d hosts",
+			cfg.Hosts, workerFirstOctet-controllerFirstOctet))
 	}
 	if !prefixRE.MatchString(cfg.Prefix) {
 		// veth names are at most 15 bytes: <prefix>-c<N>-v must fit
@@ -135,23 +149,39 @@ func (l *Lab) logf(format string, args ...any) {
 	fmt.Fprintf(l.cfg.Log, "[lab] "+format+"\n", args...)
 }
 
+// Roles of lab hosts.
+const (
+	RoleController = "controller"
+	RoleWorker     = "worker"
+)
+
 // HostName is the name of host i (1-based): a DNS-1123 label, as Kubernetes
 // wants node names to be.
 func HostName(i int) string { return "controller-" + strconv.Itoa(i) }
 
-// plannedHosts is the state of every host before anything is created.
+// WorkerName is the name of worker i (1-based).
+func WorkerName(i int) string { return "worker-" + strconv.Itoa(i) }
+
+// plannedHosts is the state of every host before anything is created:
+// the controllers, then the workers.
 func (l *Lab) plannedHosts() []hostState {
-	hs := make([]hostState, l.cfg.Hosts)
-	for i := range hs {
-		n := HostName(i + 1)
-		hs[i] = hostState{
-			Name:    n,
-			Machine: l.cfg.Prefix + "-" + n,
-			Address: hostAddr(l.net, i+1).String(),
-			Netns:   l.cfg.Prefix + "-" + n,
-			Veth:    fmt.Sprintf("%s-c%d-v", l.cfg.Prefix, i+1),
-			Dir:     filepath.Join(l.stateDir(), n),
-		}
+	var hs []hostState
+	add := func(role, name, veth string, addr netip.Addr) {
+		hs = append(hs, hostState{
+			Name:    name,
+			Role:    role,
+			Machine: l.cfg.Prefix + "-" + name,
+			Address: addr.String(),
+			Netns:   l.cfg.Prefix + "-" + name,
+			Veth:    veth,
+			Dir:     filepath.Join(l.stateDir(), name),
+		})
+	}
+	for i := 1; i <= l.cfg.Hosts; i++ {
+		add(RoleController, HostName(i), fmt.Sprintf("%s-c%d-v", l.cfg.Prefix, i), hostAddr(l.net, i))
+	}
+	for i := 1; i <= l.cfg.Workers; i++ {
+		add(RoleWorker, WorkerName(i), fmt.Sprintf("%s-w%d-v", l.cfg.Prefix, i), workerAddr(l.net, i))
 	}
 	return hs
 }

@@ -1,12 +1,16 @@
 package lab
 
 import (
+	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/hardway/hardway/pkg/inventory"
 )
 
 func TestParseNet(t *testing.T) {
@@ -131,6 +135,11 @@ func TestNewValidates(t *testing.T) {
 		{"prefix too long for a veth name", Config{Prefix: "abcdefg"}, "--prefix"},
 		{"prefix with a dash", Config{Prefix: "a-b"}, "--prefix"},
 		{"bad net", Config{Net: "10.1"}, "--net"},
+		{"workers", Config{Workers: 2}, ""},
+		{"too many workers", Config{Workers: 21}, "--workers 21"},
+		{"negative workers", Config{Workers: -1}, "--workers -1"},
+		{"controllers would reach the workers' addresses", Config{Hosts: 11, Workers: 1}, "at most 10 hosts"},
+		{"many controllers without workers", Config{Hosts: 20}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,7 +181,7 @@ func TestRenderInventory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := renderInventory(l.cfg, []Host{{"controller-1", "10.240.0.11"}, {"controller-2", "10.240.0.12"}})
+	text := renderInventory(l.cfg, []Host{{"controller-1", "10.240.0.11"}, {"controller-2", "10.240.0.12"}}, []Host{{"worker-1", "10.240.0.21"}})
 	var got struct {
 		Cluster           string `yaml:"cluster"`
 		KubernetesVersion string `yaml:"kubernetesVersion"`
@@ -188,10 +197,17 @@ func TestRenderInventory(t *testing.T) {
 			Kubernetes string `yaml:"kubernetes"`
 			Etcd       string `yaml:"etcd"`
 		} `yaml:"releases"`
+		Network struct {
+			ServiceCIDR string `yaml:"serviceCIDR"`
+		} `yaml:"network"`
 		ControlPlane []struct {
 			Name    string `yaml:"name"`
 			Address string `yaml:"address"`
 		} `yaml:"controlPlane"`
+		Workers []struct {
+			Name    string `yaml:"name"`
+			Address string `yaml:"address"`
+		} `yaml:"workers"`
 	}
 	dec := yaml.NewDecoder(strings.NewReader(text))
 	dec.KnownFields(true)
@@ -210,6 +226,7 @@ func TestRenderInventory(t *testing.T) {
 		{"releases.etcd", got.Releases.Etcd, "file:///srv/mirror/etcd"},
 		{"controlPlane[1].name", got.ControlPlane[1].Name, "controller-2"},
 		{"controlPlane[1].address", got.ControlPlane[1].Address, "10.240.0.12"},
+		{"network.serviceCIDR", got.Network.ServiceCIDR, ServiceCIDR},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -218,6 +235,131 @@ func TestRenderInventory(t *testing.T) {
 	}
 	if got.SSH.Port != 22 || len(got.ControlPlane) != 2 {
 		t.Errorf("port %d, %d hosts", got.SSH.Port, len(got.ControlPlane))
+	}
+	if len(got.Workers) != 1 || got.Workers[0].Name != "worker-1" || got.Workers[0].Address != "10.240.0.21" {
+		t.Errorf("workers = %+v", got.Workers)
+	}
+	// and hardway's own loader takes it
+	inv, err := inventory.Parse("inventory.yaml", "/lab/inventory.yaml", []byte(text))
+	if err != nil {
+		t.Fatalf("the lab's inventory does not load:\n%s\n%v", text, err)
+	}
+	if len(inv.Workers) != 1 || inv.Network.ServiceNet().String() != ServiceCIDR {
+		t.Errorf("loaded: workers %+v, service CIDR %s", inv.Workers, inv.Network.ServiceNet())
+	}
+	if strings.Contains(renderInventory(l.cfg, []Host{{"controller-1", "10.240.0.11"}}, nil), "workers:") {
+		t.Error("an inventory without workers has a workers: key")
+	}
+}
+
+func TestPlannedHostsWithWorkers(t *testing.T) {
+	l, err := New(Config{Prefix: "abcdef", Hosts: 10, Workers: 20, Net: "10.240.9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := l.plannedHosts()
+	if len(hs) != 30 {
+		t.Fatalf("%d hosts, want 30", len(hs))
+	}
+	seen := map[string]bool{}
+	for _, h := range hs {
+		for i, k := range []string{h.Name, h.Address, h.Veth, h.Netns, h.Machine, h.Dir} {
+			if key := fmt.Sprint(i, k); seen[key] {
+				t.Errorf("%s: %q used twice", h.Name, k)
+			} else {
+				seen[key] = true
+			}
+		}
+		if len(h.Veth) > 15 {
+			t.Errorf("veth name %q longer than 15 bytes", h.Veth)
+		}
+	}
+	w := hs[10]
+	if w.Name != "worker-1" || w.Role != RoleWorker || w.Address != "10.240.9.21" || !w.worker() {
+		t.Errorf("first worker = %+v", w)
+	}
+	if last := hs[29]; last.Name != "worker-20" || last.Address != "10.240.9.40" {
+		t.Errorf("last worker = %+v", last)
+	}
+	if hs[9].worker() || hs[9].Address != "10.240.9.20" {
+		t.Errorf("last controller = %+v", hs[9])
+	}
+}
+
+// A base built from another package list must not be reused.
+func TestBaseKeyFollowsPackages(t *testing.T) {
+	k := baseKey(basePackages)
+	if k != baseKey(slices.Clone(basePackages)) {
+		t.Fatal("baseKey is not stable")
+	}
+	rev := slices.Clone(basePackages)
+	slices.Reverse(rev)
+	if baseKey(rev) != k {
+		t.Error("baseKey depends on the order of the packages")
+	}
+	if baseKey(basePackages[1:]) == k || baseKey(append(slices.Clone(basePackages), "vim")) == k {
+		t.Error("baseKey ignores the package list")
+	}
+	for _, p := range []string{"iptables", "nftables", "conntrack", "socat", "iproute2", "kmod", "procps", "ca-certificates"} {
+		if !slices.Contains(basePackages, p) {
+			t.Errorf("base lacks %s, which a worker needs", p)
+		}
+	}
+}
+
+func TestHierarchies(t *testing.T) {
+	const procCgroup = `12:net_cls,net_prio:/
+11:name=systemd:/user.slice/s1
+4:memory:/process_api/f3
+3:cpuset:/
+2:cpu,cpuacct:/
+1:perf_event:/
+0::/user.slice/s1
+`
+	const mountinfo = `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:9 - cgroup cgroup rw,cpuacct,cpu
+34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset,clone_children
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+36 31 0:33 / /sys/fs/cgroup/net_cls,net_prio rw,relatime - cgroup cgroup rw,net_cls,net_prio
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,release_agent=/x,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw,nsdelegate
+90 23 0:32 /process_api /mnt/elsewhere rw,relatime - cgroup cgroup rw,memory
+`
+	got := hierarchies(procCgroup, mountinfo)
+	want := []hierarchy{
+		{"net_cls,net_prio", "/sys/fs/cgroup/net_cls,net_prio", "/"},
+		{"name=systemd", "/sys/fs/cgroup/systemd", "/user.slice/s1"},
+		{"memory", "/sys/fs/cgroup/memory", "/process_api/f3"},
+		{"cpuset", "/sys/fs/cgroup/cpuset", "/"},
+		{"cpu,cpuacct", "/sys/fs/cgroup/cpu,cpuacct", "/"},
+		// perf_event is not mounted: left out
+		{"", "/sys/fs/cgroup/unified", "/user.slice/s1"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("hierarchies =\n%+v\nwant\n%+v", got, want)
+	}
+	// a hierarchy mounted with a root of its own (as inside a container)
+	got = hierarchies("4:memory:/process_api/f3\n", "90 23 0:32 /process_api /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n")
+	if want := []hierarchy{{"memory", "/sys/fs/cgroup/memory", "/f3"}}; !slices.Equal(got, want) {
+		t.Errorf("with a mount root: %+v, want %+v", got, want)
+	}
+}
+
+// The sysctl mask shows exactly kubelet's values, and only worker files are written.
+func TestWorkerFiles(t *testing.T) {
+	var mask string
+	for _, f := range workerFiles() {
+		if !strings.HasPrefix(f.path, "/") {
+			t.Errorf("%s: not absolute", f.path)
+		}
+		if strings.HasSuffix(f.path, "/sysctl-mask") {
+			mask = f.data
+		}
+	}
+	for _, w := range []string{"want vm/overcommit_memory 1\n", "want kernel/panic 10\n", "want kernel/panic_on_oops 1\n", "mount --bind -o ro"} {
+		if !strings.Contains(mask, w) {
+			t.Errorf("sysctl-mask lacks %q:\n%s", w, mask)
+		}
 	}
 }
 

@@ -30,10 +30,23 @@ func parseNet(in string) (netip.Prefix, error) {
 	return p, nil
 }
 
+// The last octets before the first controller and the first worker.
+const (
+	controllerFirstOctet = 10
+	workerFirstOctet     = 20
+)
+
 // hostAddr is the address of host i (1-based): .11, .12, ... as in the tutorial.
 func hostAddr(p netip.Prefix, i int) netip.Addr {
 	a := p.Addr().As4()
-	a[3] = byte(10 + i)
+	a[3] = byte(controllerFirstOctet + i)
+	return netip.AddrFrom4(a)
+}
+
+// workerAddr is the address of worker i (1-based): .21, .22, ... as in the tutorial.
+func workerAddr(p netip.Prefix, i int) netip.Addr {
+	a := p.Addr().As4()
+	a[3] = byte(workerFirstOctet + i)
 	return netip.AddrFrom4(a)
 }
 

@@ -33,6 +33,7 @@ type state struct {
 
 type hostState struct {
 	Name    string   `json:"name"`    // hostname and inventory name: controller-1
+	Role    string   `json:"role"`    // RoleController or RoleWorker; "" (an older state) is a controller
 	Machine string   `json:"machine"` // nspawn machine name, unique across labs: hw-controller-1
 	Address string   `json:"address"`
 	Netns   string   `json:"netns"`
@@ -44,7 +45,9 @@ type hostState struct {
 	SupervisorStart uint64 `json:"supervisorStart,omitempty"` // /proc starttime: PIDs get reused
 }
 
+func (h hostState) worker() bool          { return h.Role == RoleWorker }
 func (h hostState) rootfs() string        { return filepath.Join(h.Dir, "root") }
+func (h hostState) containerdDir() string { return filepath.Join(h.Dir, "containerd") }
 func (h hostState) consoleLog() string    { return filepath.Join(h.Dir, "console.log") }
 func (h hostState) nspawnPIDFile() string { return filepath.Join(h.Dir, "nspawn.pid") }
 func (h hostState) stoppingFile() string  { return filepath.Join(h.Dir, "stopping") }

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -28,7 +27,8 @@ type Result struct {
 	SSHConfig  string
 	KnownHosts string
 	Identity   string
-	Hosts      []Host
+	Hosts      []Host // the controllers
+	Workers    []Host
 }
 
 // Host is one lab host.
@@ -260,14 +260,23 @@ func (l *Lab) createHost(ctx context.Context, base string, h hostState, all []ho
 	if err != nil {
 		return nil, err
 	}
-	for _, args := range [][]string{
+	cmds := [][]string{
 		{"netns", "add", h.Netns},
 		{"link", "add", h.Veth, "type", "veth", "peer", "name", "eth0", "netns", h.Netns},
 		{"link", "set", h.Veth, "master", l.bridge(), "up"},
 		{"-n", h.Netns, "link", "set", "lo", "up"},
 		{"-n", h.Netns, "addr", "add", fmt.Sprintf("%s/%d", h.Address, l.net.Bits()), "dev", "eth0"},
 		{"-n", h.Netns, "link", "set", "eth0", "up"},
-	} {
+	}
+	if h.worker() {
+		if err := writeWorkerFiles(h); err != nil {
+			return nil, err
+		}
+		for _, r := range workerNetnsRoutes {
+			cmds = append(cmds, append([]string{"-n", h.Netns}, r...))
+		}
+	}
+	for _, args := range cmds {
 		if err := run(ctx, "ip", args...); err != nil {
 			return nil, err
 		}
@@ -326,7 +335,12 @@ func writeIdentity(h hostState, all []hostState, client ed25519.PublicKey) (ssh.
 // outlives `hardway lab up`) and records its PID.
 func (l *Lab) startHost(st *state, i int) error {
 	h := &st.Hosts[i]
-	cgs, err := cgroupDirs("hardway-" + h.Machine)
+	// A worker gets a cgroup of its own in every hierarchy, not only in the
+	// ones its systemd uses: its cgroup namespace is rooted at the cgroup it
+	// starts in, and without one of its own in cpu, cpuset, ... that root
+	// is the machine's (or the caller's), so two workers would share one
+	// /kubepods.slice there and each kubelet would manage the other's pods.
+	cgs, err := cgroupDirs("hardway-"+h.Machine, h.worker())
 	if err != nil {
 		return err
 	}
@@ -338,6 +352,9 @@ func (l *Lab) startHost(st *state, i int) error {
 		if err := os.MkdirAll(c, 0o755); err != nil {
 			return fmt.Errorf("create cgroup: %w", err)
 		}
+		if err := inheritCpuset(c); err != nil {
+			return err
+		}
 	}
 
 	console, err := os.OpenFile(h.consoleLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -348,12 +365,18 @@ func (l *Lab) startHost(st *state, i int) error {
 	args := []string{"-c", supervisor, "hardway-lab-supervisor", h.Dir,
 		"systemd-nspawn", "--quiet", "--directory=" + h.rootfs(), "--machine=" + h.Machine,
 		"--hostname=" + h.Name, "--boot", "--register=no", "--keep-unit",
+		// CAP_NET_ADMIN: the host's own routes (pod routes) and, on a worker,
+		// the CNI plugins that set up pod interfaces
 		"--network-namespace-path=/run/netns/" + h.Netns, "--capability=CAP_NET_ADMIN",
 		"--console=read-only", "--resolv-conf=off", "--timezone=off", "--link-journal=no"}
+	if h.worker() {
+		args = append(args, workerNspawnArgs(*h)...)
+	}
 	cmd := exec.Command("/bin/sh", args...)
 	cmd.Env = append(os.Environ(),
 		"HARDWAY_LAB_CGROUPS="+strings.Join(cgs, " "),
 		// with --network-namespace-path nspawn keeps /proc/sys/net read-only
+		// (the bridge CNI plugin of a worker writes ip_forward there)
 		"SYSTEMD_NSPAWN_API_VFS_WRITABLE=network")
 	cmd.Dir = "/" // pin no directory of the caller's
 	cmd.Stdout, cmd.Stderr = console, console
@@ -366,50 +389,6 @@ func (l *Lab) startHost(st *state, i int) error {
 	ps, _ := readProcStat(cmd.Process.Pid)
 	h.SupervisorPID, h.SupervisorStart = cmd.Process.Pid, ps.start // start time: PIDs get reused
 	return st.save()
-}
-
-// cgroupDirs are the cgroups host `name` gets: a child, named name, of the
-// cgroups this process is in, in each hierarchy systemd inside the container
-// uses (v1 name=systemd, memory, pids; the v2 unified one), so the accounting
-// of whoever runs us still applies.
-func cgroupDirs(name string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil, fmt.Errorf("read /proc/self/cgroup: %w", err)
-	}
-	var out []string
-	sc := bufio.NewScanner(strings.NewReader(string(b)))
-	for sc.Scan() {
-		f := strings.SplitN(sc.Text(), ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		var mnt string
-		switch f[1] {
-		case "":
-			switch {
-			case exists("/sys/fs/cgroup/unified/cgroup.procs"):
-				mnt = "/sys/fs/cgroup/unified"
-			case exists("/sys/fs/cgroup/cgroup.controllers"):
-				mnt = "/sys/fs/cgroup"
-			default:
-				continue
-			}
-		case "name=systemd":
-			mnt = "/sys/fs/cgroup/systemd"
-		case "memory", "pids":
-			mnt = "/sys/fs/cgroup/" + f[1]
-		default:
-			continue
-		}
-		if exists(mnt + "/cgroup.procs") {
-			out = append(out, filepath.Join(mnt, f[2], name))
-		}
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no usable cgroup hierarchy under /sys/fs/cgroup")
-	}
-	return out, nil
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -8,7 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/hardway/hardway/internal/labtest"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hardway/hardway/internal/labtest"
 	"github.com/hardway/hardway/pkg/lab"
 )
 
@@ -91,26 +92,26 @@ func leftovers(t *testing.T, prefix string) []string {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(mi), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], stateDir) {
+		// a mount at or from the state dir (an overlay names it in its options)
+		if f := strings.Fields(line); len(f) > 4 && strings.Contains(line, stateDir+"/") {
 			left = append(left, "mount "+f[4])
 		}
 	}
 	if _, err := os.Stat(stateDir); err == nil {
 		left = append(left, "state dir "+stateDir)
 	}
-	// cgroups: hardway-<prefix>-* anywhere in a hierarchy under the cgroups we are in
-	cg, _ := os.ReadFile("/proc/self/cgroup")
-	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		for _, mnt := range []string{"/sys/fs/cgroup/" + strings.TrimPrefix(f[1], "name="), "/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
-			m, _ := filepath.Glob(filepath.Join(mnt, f[2], "hardway-"+prefix+"-*"))
-			for _, d := range m {
-				left = append(left, "cgroup "+d)
+	// cgroups: hardway-<prefix>-* anywhere in any hierarchy (a worker has one in every hierarchy)
+	for _, h := range hierarchyMounts(t) {
+		_ = filepath.WalkDir(h, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
 			}
-		}
+			if strings.HasPrefix(d.Name(), "hardway-"+prefix+"-") {
+				left = append(left, "cgroup "+p)
+				return filepath.SkipDir
+			}
+			return nil
+		})
 	}
 	// processes: any systemd-nspawn of this lab's machines, any supervisor of its hosts
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
