@@ -3,7 +3,9 @@ package lab_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -49,7 +51,13 @@ func TestWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.Down(context.Background()) })
+	t.Cleanup(func() {
+		_ = l.Down(context.Background())
+		// A failed run must not leave the test's cgroups on the machine.
+		for _, d := range markerCgroups(t) {
+			_ = exec.Command("find", d, "-depth", "-type", "d", "-exec", "rmdir", "{}", ";").Run()
+		}
+	})
 	res, err := l.Up(t.Context())
 	if err != nil {
 		t.Fatalf("lab up: %v", err)
@@ -91,11 +99,11 @@ func TestWorkers(t *testing.T) {
 	// What containerd and kubelet leave in a worker: cgroups below its own
 	// in every hierarchy, and mounts in its /var/lib/containerd.
 	tl.mustSSH(t, "worker-1", `set -e
-for d in /sys/fs/cgroup/*; do [ -L "$d" ] || mkdir -p "$d/kubepods.slice/kubepods-besteffort.slice/pod1"; done
+for d in /sys/fs/cgroup/*; do [ -L "$d" ] || mkdir -p "$d/kubepods-hwtw.slice/kubepods-hwtw-besteffort.slice/pod1"; done
 mkdir -p /var/lib/containerd/io.containerd.runtime.v2.task/x
 mount -t tmpfs hwtw-probe /var/lib/containerd/io.containerd.runtime.v2.task/x
 sleep infinity </dev/null >/dev/null 2>&1 &
-echo $! > /sys/fs/cgroup/pids/kubepods.slice/kubepods-besteffort.slice/pod1/cgroup.procs`)
+echo $! > /sys/fs/cgroup/pids/kubepods-hwtw.slice/kubepods-hwtw-besteffort.slice/pod1/cgroup.procs`)
 
 	// The leftovers check must see all of it while the lab runs, or its
 	// silence after down proves nothing.
@@ -123,84 +131,106 @@ echo $! > /sys/fs/cgroup/pids/kubepods.slice/kubepods-besteffort.slice/pod1/cgro
 			t.Errorf("after lab down #%d, left behind:\n%s", round, strings.Join(left, "\n"))
 		}
 	}
+	// Nothing the workers made escaped their own cgroups (a worker whose
+	// hierarchy were the machine's would have made them there).
+	if m := markerCgroups(t); len(m) > 0 {
+		t.Errorf("cgroups made inside the workers are left on the machine:\n%s", strings.Join(m, "\n"))
+	}
 	if after := machineSysctls(t); after != sysctlsBefore {
 		t.Errorf("the machine's vm.overcommit_memory, kernel.panic, kernel.panic_on_oops changed: %s -> %s", sysctlsBefore, after)
 	}
 }
 
+// probe runs script on host h, one ssh for many facts: every line of its
+// output is key=value.
+func probe(t *testing.T, tl *testLab, h, script string) map[string]string {
+	t.Helper()
+	out, err := tl.ssh(t, h, script)
+	if err != nil {
+		t.Fatalf("%s: %v", h, err)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			got[k] = strings.TrimSpace(v)
+		}
+	}
+	return got
+}
+
+// privileges asks a host about each thing a worker gets. The own-cgroup
+// markers stay: `lab down` must remove them with the worker's cgroups.
+const privileges = `
+echo ipforward=$(echo 1 2>/dev/null > /proc/sys/net/ipv4/ip_forward && cat /proc/sys/net/ipv4/ip_forward)
+echo kmsg=$(test -c /dev/kmsg && readlink /dev/kmsg)
+n=0; for d in /sys/fs/cgroup/*; do [ -L "$d" ] && continue; mkdir "$d/hwtw-x" 2>/dev/null && rmdir "$d/hwtw-x" && n=$((n+1)); done
+echo writablecgroups=$n
+echo cpus=$(cat /sys/fs/cgroup/cpuset/cpuset.cpus)
+mkdir /sys/fs/cgroup/cpuset/hwtw-own /sys/fs/cgroup/memory/hwtw-own 2>/dev/null
+echo sysctls=$(cat /proc/sys/vm/overcommit_memory /proc/sys/kernel/panic /proc/sys/kernel/panic_on_oops)
+echo fs=$(stat -f -c %T / /var/lib/containerd)
+mountpoint -q /var/lib/containerd && echo containerdmount=yes
+echo routes=$(ip -4 route show | tr '\n' ';')
+echo tools=$(command -v iptables nft conntrack socat modprobe nsenter mountpoint | wc -l)
+`
+
 // checkWorker proves, from inside worker h, each thing a worker gets.
 func checkWorker(t *testing.T, tl *testLab, h string) {
 	t.Helper()
-	// The bridge CNI plugin turns on forwarding in the host's network namespace.
-	if out, err := tl.ssh(t, h, "echo 1 > /proc/sys/net/ipv4/ip_forward && cat /proc/sys/net/ipv4/ip_forward"); err != nil || out != "1" {
-		t.Errorf("%s: ip_forward not writable: %q, %v", h, out, err)
+	p := probe(t, tl, h, privileges)
+	want := map[string]string{
+		"ipforward":       "1",            // the bridge CNI plugin turns on forwarding
+		"kmsg":            "/dev/console", // kubelet opens /dev/kmsg
+		"writablecgroups": fmt.Sprint(len(hierarchyMounts(t))),
+		"sysctls":         "1 10 1", // kubelet's tunables, shown through read-only binds
+		"containerdmount": "yes",
+		"tools":           "7", // what kube-proxy, kubelet and the CNI plugins call
 	}
-	// kubelet opens /dev/kmsg.
-	if out, err := tl.ssh(t, h, "test -c /dev/kmsg && readlink /dev/kmsg"); err != nil || out != "/dev/console" {
-		t.Errorf("%s: /dev/kmsg: %q, %v", h, out, err)
+	for k, v := range want {
+		if p[k] != v {
+			t.Errorf("%s: %s = %q, want %q", h, k, p[k], v)
+		}
 	}
-	// containerd and kubelet make cgroups in every v1 hierarchy; cpuset has CPUs.
-	out, err := tl.ssh(t, h, `set -e; n=0
-for d in /sys/fs/cgroup/*; do [ -L "$d" ] && continue; mkdir "$d/hwtw-x"; rmdir "$d/hwtw-x"; n=$((n+1)); done
-test -n "$(cat /sys/fs/cgroup/cpuset/cpuset.cpus)"; echo $n`)
-	if err != nil {
-		t.Errorf("%s: cgroups not writable: %v", h, err)
-	} else if want := fmt.Sprint(len(hierarchyMounts(t))); out != want {
-		t.Errorf("%s: %s writable cgroup hierarchies, the machine has %s", h, out, want)
+	if p["cpus"] == "" {
+		t.Errorf("%s: its cpuset has no CPUs", h)
+	}
+	// containerd's overlayfs snapshotter needs a /var/lib/containerd that is not on an overlay.
+	if f := strings.Fields(p["fs"]); len(f) != 2 || f[0] != "overlayfs" || f[1] == "overlayfs" {
+		t.Errorf("%s: filesystems of / and /var/lib/containerd = %q; want overlayfs and a plain one", h, p["fs"])
+	}
+	// A route for the Services' range, and still no way out.
+	if r := p["routes"]; !strings.Contains(r, lab.ServiceCIDR+" dev eth0") || strings.Contains(r, "default") {
+		t.Errorf("%s: routes %q; want %s dev eth0 and no default", h, r, lab.ServiceCIDR)
 	}
 	// Each worker's hierarchies are rooted at its own cgroup: two workers'
 	// kubelets never share a kubepods.slice.
-	tl.mustSSH(t, h, "mkdir /sys/fs/cgroup/cpuset/hwtw-own && mkdir /sys/fs/cgroup/memory/hwtw-own")
 	for _, ctrl := range []string{"cpuset", "memory"} {
 		p := filepath.Join("/sys/fs/cgroup", ctrl, ownCgroup(t, ctrl), "hardway-hwtw-"+h, "hwtw-own")
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("%s: its /sys/fs/cgroup/%s/hwtw-own is not %s on the machine: %v", h, ctrl, p, err)
 		}
 	}
-	tl.mustSSH(t, h, "rmdir /sys/fs/cgroup/cpuset/hwtw-own /sys/fs/cgroup/memory/hwtw-own")
-	// kubelet's tunables, shown through read-only binds.
-	for _, s := range maskedSysctls {
-		if got, err := tl.ssh(t, h, "cat "+s.path); err != nil || got != s.want {
-			t.Errorf("%s: %s = %q, %v; want %s", h, s.path, got, err, s.want)
-		}
-	}
-	// containerd's overlayfs snapshotter needs a /var/lib/containerd that is not on an overlay.
-	out, err = tl.ssh(t, h, "stat -f -c %T / && stat -f -c %T /var/lib/containerd")
-	if f := strings.Fields(out); err != nil || len(f) != 2 || f[0] != "overlayfs" || f[1] == "overlayfs" {
-		t.Errorf("%s: filesystems of / and /var/lib/containerd = %q, %v; want overlayfs and a plain one", h, out, err)
-	}
-	// A route for the Services' range, and still no way out.
-	if out, err := tl.ssh(t, h, "ip -4 route show"); err != nil || !strings.Contains(out, lab.ServiceCIDR+" dev eth0") || strings.Contains(out, "default") {
-		t.Errorf("%s: routes = %q, %v; want %s dev eth0 and no default", h, out, err, lab.ServiceCIDR)
-	}
-	// The tools kube-proxy, kubelet and the CNI plugins call.
-	if _, err := tl.ssh(t, h, "command -v iptables nft conntrack socat modprobe nsenter mountpoint"); err != nil {
-		t.Errorf("%s: a worker tool is missing: %v", h, err)
-	}
 }
 
-// checkController proves that a controller has none of a worker's privileges.
+// checkController proves that a controller has none of a worker's own
+// privileges (every lab host has CAP_NET_ADMIN and writable network sysctls).
 func checkController(t *testing.T, tl *testLab, h, machineSysctls string) {
 	t.Helper()
-	if _, err := tl.ssh(t, h, "test -e /dev/kmsg"); err == nil {
-		t.Errorf("%s has /dev/kmsg", h)
+	p := probe(t, tl, h, privileges)
+	for k, bad := range map[string]string{"kmsg": "/dev/console", "writablecgroups": fmt.Sprint(len(hierarchyMounts(t))), "containerdmount": "yes"} {
+		if p[k] == bad {
+			t.Errorf("%s: %s = %q, as on a worker", h, k, p[k])
+		}
 	}
-	if _, err := tl.ssh(t, h, "mkdir /sys/fs/cgroup/cpuset/hwtw-x"); err == nil {
-		t.Errorf("%s can make a cpuset cgroup", h)
-		_, _ = tl.ssh(t, h, "rmdir /sys/fs/cgroup/cpuset/hwtw-x")
+	if p["sysctls"] != machineSysctls {
+		t.Errorf("%s shows tunables %q, the machine has %s", h, p["sysctls"], machineSysctls)
 	}
-	var got []string
-	for _, s := range maskedSysctls {
-		got = append(got, tl.mustSSH(t, h, "cat "+s.path))
+	if strings.Contains(p["routes"], lab.ServiceCIDR) {
+		t.Errorf("%s has a route for the Services: %q", h, p["routes"])
 	}
-	if strings.Join(got, " ") != machineSysctls {
-		t.Errorf("%s shows tunables %v, the machine has %s", h, got, machineSysctls)
-	}
-	if _, err := tl.ssh(t, h, "mountpoint -q /var/lib/containerd"); err == nil {
-		t.Errorf("%s has a /var/lib/containerd mount", h)
-	}
-	if out := tl.mustSSH(t, h, "ip -4 route show"); strings.Contains(out, lab.ServiceCIDR) {
-		t.Errorf("%s has a route for the Services: %q", h, out)
+	// its cgroups below the lab's, in cpuset, are the machine's: none of its own
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/cpuset", ownCgroup(t, "cpuset"), "hardway-hwtw-"+h)); err == nil {
+		t.Errorf("%s has a cpuset cgroup of its own", h)
 	}
 }
 
@@ -237,4 +267,21 @@ func ownCgroup(t *testing.T, ctrl string) string {
 	}
 	t.Fatalf("not in a %s cgroup", ctrl)
 	return ""
+}
+
+// markerCgroups finds, in every hierarchy of the machine, the cgroups this
+// test makes inside a worker (kubepods-hwtw.slice, hwtw-own).
+func markerCgroups(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, h := range hierarchyMounts(t) {
+		_ = filepath.WalkDir(h, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() && (d.Name() == "kubepods-hwtw.slice" || d.Name() == "hwtw-own") {
+				out = append(out, p)
+				return filepath.SkipDir
+			}
+			return nil
+		})
+	}
+	return out
 }
