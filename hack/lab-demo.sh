@@ -21,6 +21,18 @@ t0=$(date +%s)
 bash hack/mirror/build.sh
 echo "mirror ready in $(( $(date +%s) - t0 ))s"
 
+missing=()
+# Workers need the worker components and images from the mirror; a mirror (build.sh) without
+# them gets a lab without workers, reported at the end.
+if [ "$LAB_WORKERS" -gt 0 ]; then
+  for d in containerd runc cni-plugins crictl images/SHA256SUMS; do
+    if [ ! -e "$HARDWAY_MIRROR/$d" ]; then
+      echo "the mirror has no $d: starting the lab without workers"
+      missing+=("worker components in the mirror ($d)"); LAB_WORKERS=0; break
+    fi
+  done
+fi
+
 step "lab hosts: hardway lab up --dir $LAB_DIR --workers $LAB_WORKERS"
 INV=$LAB_DIR/inventory.yaml
 if "$HW" lab status -o json | grep -q '"up": true'; then
@@ -32,7 +44,6 @@ else
   "$HW" lab up --dir "$LAB_DIR" --workers "$LAB_WORKERS"
 fi
 
-missing=()
 # has CMD: this build of hardway has the command (a stub says "not implemented", cobra "unknown command")
 has() { "$HW" "$1" --help >/dev/null 2>&1; }
 # try CMD ARGS...: run a step; a missing command is recorded, a real failure stops the demo
@@ -64,5 +75,5 @@ fi
 echo "stop:     $HW lab down"
 if [ ${#missing[@]} -gt 0 ]; then
   echo
-  echo "demo: not in this build of hardway yet: ${missing[*]}"
+  echo "demo: not in this build yet: ${missing[*]}"
 fi

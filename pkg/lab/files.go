@@ -73,6 +73,28 @@ func (l *Lab) writeClientFiles(st *state, key ed25519.PrivateKey, hostKeys map[s
 	return res, nil
 }
 
+// mirrorReleases are the inventory's releases.* keys and the directory of the
+// release mirror (hack/mirror/build.sh) laid out like each official download
+// site: every release comes from the mirror, nothing from the internet.
+var mirrorReleases = []struct{ key, dir string }{
+	{"kubernetes", "kubernetes"},
+	{"etcd", "etcd"},
+	{"containerd", "containerd"},
+	{"runc", "runc"},
+	{"cniPlugins", "cni-plugins"},
+	{"crictl", "crictl"},
+}
+
+// mirrorImages are the images the mirror builds (hack/mirror/build.sh, with
+// their SHA256SUMS beside them) that every worker imports, for a lab has no
+// registry: the pause image containerd's sandboxes run, CoreDNS, and the
+// small test server.
+var mirrorImages = []struct{ name, file string }{
+	{"registry.k8s.io/pause:3.10.2", "pause-3.10.2.tar"},
+	{"registry.k8s.io/coredns/coredns:v1.14.7", "coredns-v1.14.7.tar"},
+	{"hardway.local/hello:v1", "hello-v1.tar"},
+}
+
 // renderInventory writes the inventory for `hardway up -i lab/inventory.yaml`.
 // Paths in it are relative to the inventory file, so the lab dir can move.
 func renderInventory(cfg Config, hosts, workers []Host) string {
@@ -90,18 +112,25 @@ ssh:
 network:
   serviceCIDR: %s
 releases:
-  kubernetes: file://%s/kubernetes
-  etcd: file://%s/etcd
-controlPlane:
-`, cfg.Prefix, cfg.KubernetesVersion, cfg.EtcdVersion, runtime.GOARCH, IdentityFile, KnownHostsFile, ServiceCIDR, cfg.Mirror, cfg.Mirror)
+`, cfg.Prefix, cfg.KubernetesVersion, cfg.EtcdVersion, runtime.GOARCH, IdentityFile, KnownHostsFile, ServiceCIDR)
+	for _, r := range mirrorReleases {
+		fmt.Fprintf(&b, "  %s: file://%s/%s\n", r.key, cfg.Mirror, r.dir)
+	}
+	b.WriteString("controlPlane:\n")
 	for _, h := range hosts {
 		fmt.Fprintf(&b, "  - name: %s\n    address: %s\n", h.Name, h.Address)
 	}
-	if len(workers) > 0 {
-		b.WriteString("workers:\n")
+	if len(workers) == 0 {
+		return b.String()
 	}
+	b.WriteString("workers:\n")
 	for _, h := range workers {
 		fmt.Fprintf(&b, "  - name: %s\n    address: %s\n", h.Name, h.Address)
+	}
+	// checksums: the mirror's SHA256SUMS beside each tarball
+	b.WriteString("images:\n")
+	for _, im := range mirrorImages {
+		fmt.Fprintf(&b, "  - name: %s\n    url: file://%s/images/%s\n", im.name, cfg.Mirror, im.file)
 	}
 	return b.String()
 }

@@ -196,6 +196,10 @@ func TestRenderInventory(t *testing.T) {
 		Releases struct {
 			Kubernetes string `yaml:"kubernetes"`
 			Etcd       string `yaml:"etcd"`
+			Containerd string `yaml:"containerd"`
+			Runc       string `yaml:"runc"`
+			CNIPlugins string `yaml:"cniPlugins"`
+			Crictl     string `yaml:"crictl"`
 		} `yaml:"releases"`
 		Network struct {
 			ServiceCIDR string `yaml:"serviceCIDR"`
@@ -208,6 +212,10 @@ func TestRenderInventory(t *testing.T) {
 			Name    string `yaml:"name"`
 			Address string `yaml:"address"`
 		} `yaml:"workers"`
+		Images []struct {
+			Name string `yaml:"name"`
+			URL  string `yaml:"url"`
+		} `yaml:"images"`
 	}
 	dec := yaml.NewDecoder(strings.NewReader(text))
 	dec.KnownFields(true)
@@ -227,6 +235,10 @@ func TestRenderInventory(t *testing.T) {
 		{"controlPlane[1].name", got.ControlPlane[1].Name, "controller-2"},
 		{"controlPlane[1].address", got.ControlPlane[1].Address, "10.240.0.12"},
 		{"network.serviceCIDR", got.Network.ServiceCIDR, ServiceCIDR},
+		{"releases.containerd", got.Releases.Containerd, "file:///srv/mirror/containerd"},
+		{"releases.runc", got.Releases.Runc, "file:///srv/mirror/runc"},
+		{"releases.cniPlugins", got.Releases.CNIPlugins, "file:///srv/mirror/cni-plugins"},
+		{"releases.crictl", got.Releases.Crictl, "file:///srv/mirror/crictl"},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -247,8 +259,15 @@ func TestRenderInventory(t *testing.T) {
 	if len(inv.Workers) != 1 || inv.Network.ServiceNet().String() != ServiceCIDR {
 		t.Errorf("loaded: workers %+v, service CIDR %s", inv.Workers, inv.Network.ServiceNet())
 	}
-	if strings.Contains(renderInventory(l.cfg, []Host{{"controller-1", "10.240.0.11"}}, nil), "workers:") {
-		t.Error("an inventory without workers has a workers: key")
+	if len(got.Images) != 3 || got.Images[0].Name != "registry.k8s.io/pause:3.10.2" ||
+		got.Images[0].URL != "file:///srv/mirror/images/pause-3.10.2.tar" {
+		t.Errorf("images = %+v", got.Images)
+	}
+	if len(inv.Images) != 3 || inv.Releases.Crictl != "file:///srv/mirror/crictl" {
+		t.Errorf("loaded: images %+v, releases %+v", inv.Images, inv.Releases)
+	}
+	if text := renderInventory(l.cfg, []Host{{"controller-1", "10.240.0.11"}}, nil); strings.Contains(text, "workers:") || strings.Contains(text, "images:") {
+		t.Error("an inventory without workers has workers or images")
 	}
 }
 
