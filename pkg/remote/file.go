@@ -112,12 +112,13 @@ func Compare(ctx context.Context, h Host, files []File) ([]Result, error) {
 
 // CompareCached is Compare with a stat cache on the host at cache (a file
 // hardway owns, e.g. /var/lib/hardway/sums): a file whose size, inode, mtime
-// and ctime are what they were when its SHA-256 was last computed is not
-// read again. ctime cannot be set from user space, so a file changed in any
-// way since is hashed afresh; git's index works the same way. It turns the
-// "nothing changed" check of a converged host from reading every binary
-// into one stat per file. Use Compare (no cache) where tampering matters more
-// than time, as verify does.
+// and ctime are what they were when its SHA-256 was recorded (RecordSums) is
+// not read again. ctime cannot be set from user space, so a file changed in
+// any way since is hashed afresh; git's index works the same way. It turns
+// the "nothing changed" check of a converged host from reading every binary
+// into one stat per file. It only reads the cache: plans call it, and a plan
+// changes nothing. Use Compare (no cache) where tampering matters more than
+// time, as verify does.
 func CompareCached(ctx context.Context, h Host, files []File, cache string) ([]Result, error) {
 	if err := PrepareFiles(files); err != nil {
 		return nil, err
@@ -129,7 +130,7 @@ func CompareCached(ctx context.Context, h Host, files []File, cache string) ([]R
 	script.WriteString("if command -v openssl >/dev/null 2>&1; then sum() { openssl dgst -sha256 -r; }; else sum() { sha256sum; }; fi\n")
 	if cache != "" {
 		// lookup KEY: the cached sum of a file with exactly this stat, if any.
-		fmt.Fprintf(&script, "c=%s; n=\"$c.new.$$\"; : > \"$n\" 2>/dev/null || n=/dev/null\n", Quote(cache))
+		fmt.Fprintf(&script, "c=%s\n", Quote(cache))
 		script.WriteString("lookup() { [ -f \"$c\" ] && awk -F '\\t' -v k=\"$1\" '$1==k {print $2; exit}' \"$c\"; }\n")
 	}
 	for _, f := range files {
@@ -139,17 +140,12 @@ func CompareCached(ctx context.Context, h Host, files []File, cache string) ([]R
 		hash := `s=$(sum < "$f") || exit 1`
 		if cache != "" {
 			hash = `k="$f $(stat -L -c '%s %i %.9Y %.9Z' -- "$f")"; s=$(lookup "$k"); ` +
-				`if [ -z "$s" ]; then s=$(sum < "$f") || exit 1; s=${s%% *}; fi; printf '%s\t%s\n' "$k" "$s" >> "$n"`
+				`if [ -z "$s" ]; then s=$(sum < "$f") || exit 1; fi`
 		}
 		// One line per file: "mode user uid group gid size sha" or "missing".
 		fmt.Fprintf(&script, "f=%s; if [ -f \"$f\" ]; then set -- $(stat -L -c '%%a %%U %%u %%G %%g %%s' -- \"$f\"); "+
 			"if [ \"$6\" = %d ]; then %s; else s=-; fi; echo \"$* ${s%%%% *}\"; "+
 			"elif [ -e \"$f\" ]; then echo notfile; else echo missing; fi\n", Quote(f.Path), f.Size, hash)
-	}
-	if cache != "" {
-		// Keep only what this run saw; a failed or concurrent update just
-		// means more hashing next time.
-		script.WriteString("[ \"$n\" = /dev/null ] || mv -f \"$n\" \"$c\" 2>/dev/null || rm -f \"$n\"\n")
 	}
 	out, err := h.Run(ctx, script.String(), nil)
 	if err != nil {
@@ -197,6 +193,30 @@ func CompareCached(ctx context.Context, h Host, files []File, cache string) ([]R
 		res[i] = r
 	}
 	return res, nil
+}
+
+// RecordSums records, in the stat cache at cache (see CompareCached), that
+// the files as they are now on h have the SHA-256 they should have. Call it
+// right after writing them: their entries then spare the next plan reading
+// them. Entries for other paths are kept. A failure only costs hashing next
+// time, so callers may ignore it.
+func RecordSums(ctx context.Context, h Host, cache string, files []File) error {
+	if err := PrepareFiles(files); err != nil {
+		return err
+	}
+	var script strings.Builder
+	fmt.Fprintf(&script, "# record %d sums\nc=%s; n=\"$c.new.$$\"\n", len(files), Quote(cache))
+	script.WriteString("mkdir -p -m 0700 \"$(dirname \"$c\")\" && { [ -f \"$c\" ] && cat \"$c\"; true; } > \"$n\" || exit 1\n")
+	for _, f := range files {
+		// Drop the path's old entry, then add its current stat.
+		fmt.Fprintf(&script, "f=%s; awk -F '\\t' -v p=\"$f \" 'index($1, p) != 1' \"$n\" > \"$n.1\" && mv -f \"$n.1\" \"$n\" && "+
+			"printf '%%s %%s\\t%%s\\n' \"$f\" \"$(stat -L -c '%%s %%i %%.9Y %%.9Z' -- \"$f\")\" %s >> \"$n\" || exit 1\n", Quote(f.Path), f.SHA256)
+	}
+	script.WriteString("mv -f \"$n\" \"$c\"\n")
+	if _, err := h.Run(ctx, script.String(), nil); err != nil {
+		return fmt.Errorf("record sums: %w", err)
+	}
+	return nil
 }
 
 // WriteFile is WriteFiles for one file.

@@ -333,7 +333,8 @@ func sumFile(t testing.TB, p string) string {
 }
 
 // The stat cache skips reading files whose stat is unchanged, and still
-// catches a same-size edit whose mtime was put back (ctime moved).
+// catches a same-size edit whose mtime was put back (ctime moved). Comparing
+// never writes the cache (plans compare); RecordSums does, after a write.
 func TestCompareCached(t *testing.T) {
 	h, _ := connect(t)
 	ctx := context.Background()
@@ -345,13 +346,27 @@ func TestCompareCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := []remote.File{{Path: p, Mode: 0o644, Data: want}}
-	for i := 0; i < 2; i++ {
-		res, err := remote.CompareCached(ctx, h, files, cache)
-		if err != nil || res[0].Changed() {
-			t.Fatalf("run %d: %+v %v", i, res, err)
+	res, err := remote.CompareCached(ctx, h, files, cache)
+	if err != nil || res[0].Changed() {
+		t.Fatalf("compare: %+v %v", res, err)
+	}
+	if _, err := os.Stat(cache); !os.IsNotExist(err) {
+		t.Fatalf("CompareCached wrote its cache: %v", err)
+	}
+	other := filepath.Join(dir, "other")
+	os.WriteFile(other, []byte("x"), 0o644)
+	if err := remote.RecordSums(ctx, h, cache, []remote.File{{Path: other, Mode: 0o644, Data: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // twice: the path's old entry is replaced, not repeated
+		if err := remote.RecordSums(ctx, h, cache, files); err != nil {
+			t.Fatal(err)
 		}
 	}
 	b, err := os.ReadFile(cache)
+	if n := strings.Count(string(b), p+" "); n != 1 || !strings.Contains(string(b), other+" 1 ") {
+		t.Fatalf("cache has %d entries for %s, want 1, and keeps %s:\n%s", n, p, other, b)
+	}
 	if err != nil || !strings.Contains(string(b), p+" 4096 ") || !strings.Contains(string(b), fmt.Sprintf("%x", sha256.Sum256(want))) {
 		t.Fatalf("cache %q %v", b, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
@@ -24,6 +25,17 @@ type Host interface {
 	// returns its standard output. A command that exits non-zero returns its
 	// output so far and an *ExitError.
 	Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, error)
+}
+
+// Dialer opens connections from a host's side, like `ssh -L`: the etcd and
+// apiserver clients reach the cluster's loopback and addresses through it.
+type Dialer interface {
+	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Closer is a Host holding a connection to close.
+type Closer interface {
+	Close() error
 }
 
 // ExitError is a command that ran on a host and failed. It keeps everything

@@ -110,7 +110,10 @@ type SSHHost struct {
 	once    sync.Once
 }
 
-var _ Host = (*SSHHost)(nil)
+var (
+	_ Host   = (*SSHHost)(nil)
+	_ Dialer = (*SSHHost)(nil)
+)
 
 // Dial connects to the host described by cfg, through its bastion if any,
 // retrying refused, timed-out and reset connections with backoff. Host-key
@@ -413,6 +416,12 @@ func (h *SSHHost) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte,
 	return stdout.Bytes(), ee
 }
 
-// Client is the underlying SSH client, for port forwarding (the etcd client
-// reaches etcd through it).
+// Client is the underlying SSH client.
 func (h *SSHHost) Client() *ssh.Client { return h.client }
+
+// DialContext opens a TCP connection from the host to addr through the SSH
+// connection: the etcd client and the apiserver probes reach the cluster
+// this way, so no port of it has to be open to this machine.
+func (h *SSHHost) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return h.client.DialContext(ctx, network, addr)
+}

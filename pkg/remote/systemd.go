@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/hardway/hardway/pkg/poll"
 	"github.com/hardway/hardway/pkg/usererr"
 )
 
@@ -47,27 +46,52 @@ func Restart(ctx context.Context, h Host, units ...string) error {
 	return err
 }
 
-// state runs an is-* query; those exit non-zero for every answer but the
-// positive one, with the answer still on stdout.
-func state(ctx context.Context, h Host, query, unit string) (string, error) {
-	out, err := systemctl(ctx, h, query, "--", unit)
-	s := strings.TrimSpace(string(out))
-	var ee *ExitError
-	if err != nil && !(errors.As(err, &ee) && s != "") {
-		return "", err
+// UnitState is what systemd says about one unit.
+type UnitState struct {
+	Active      bool   // ActiveState=active
+	State       string // ActiveState: "active", "inactive", "activating", "failed", ...
+	Enabled     bool   // UnitFileState=enabled
+	NeedReload  bool   // NeedDaemonReload=yes: its file changed since systemd read it
+	ActiveEnter string // ActiveEnterTimestamp as systemctl prints it
+}
+
+// ShowCommand is the `systemctl show` that ParseShow reads, for one unit.
+func ShowCommand(unit string) string {
+	return "systemctl show -p ActiveState -p UnitFileState -p NeedDaemonReload -p ActiveEnterTimestamp " + Quote(unit)
+}
+
+// Set takes one "Key=value" line of ShowCommand's output; other lines are
+// ignored, so the output of several commands can be fed line by line.
+func (st *UnitState) Set(line string) {
+	k, v, _ := strings.Cut(line, "=")
+	switch k {
+	case "ActiveState":
+		st.State, st.Active = v, v == "active"
+	case "UnitFileState":
+		st.Enabled = v == "enabled"
+	case "NeedDaemonReload":
+		st.NeedReload = v == "yes"
+	case "ActiveEnterTimestamp":
+		st.ActiveEnter = v
 	}
-	return s, nil
 }
 
-// IsActive returns the unit's active state: "active", "inactive",
-// "activating", "failed", ...
-func IsActive(ctx context.Context, h Host, unit string) (string, error) {
-	return state(ctx, h, "is-active", unit)
+// ParseShow reads ShowCommand's output.
+func ParseShow(out string) UnitState {
+	var st UnitState
+	for _, l := range strings.Split(out, "\n") {
+		st.Set(l)
+	}
+	return st
 }
 
-// IsEnabled returns the unit's enablement: "enabled", "disabled", "static", ...
-func IsEnabled(ctx context.Context, h Host, unit string) (string, error) {
-	return state(ctx, h, "is-enabled", unit)
+// QueryUnit asks systemd on h about unit.
+func QueryUnit(ctx context.Context, h Host, unit string) (UnitState, error) {
+	out, err := h.Run(ctx, ShowCommand(unit), nil)
+	if err != nil {
+		return UnitState{}, err
+	}
+	return ParseShow(string(out)), nil
 }
 
 // ActiveEnterTimestamp is when the unit last became active, to the
@@ -119,30 +143,35 @@ func indent(s, prefix string) string {
 // timeout passes, returning a *UnitError (inside a *usererr.Error) with the
 // last 30 lines of the unit's journal from that host.
 func WaitActive(ctx context.Context, h Host, unit string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	poll := 100 * time.Millisecond
-	for {
-		s, err := IsActive(ctx, h, unit)
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last UnitState
+	err := poll.Until(wctx, poll.Options{Interval: 100 * time.Millisecond, Max: time.Second}, func(ctx context.Context) error {
+		st, err := QueryUnit(ctx, h, unit)
 		if err != nil {
-			return err
+			return poll.Stop(err)
 		}
-		if s == "active" {
+		last = st
+		switch st.State {
+		case "active":
 			return nil
+		case "failed":
+			return poll.Stop(errUnitFailed)
 		}
-		if s == "failed" || !time.Now().Before(deadline) {
-			if s != "failed" {
-				s += fmt.Sprintf(" after %v", timeout)
-			}
-			return unitFailed(ctx, h, unit, s)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(min(poll, time.Until(deadline))):
-		}
-		poll = min(2*poll, time.Second)
+		return errors.New(st.State)
+	})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errUnitFailed):
+		return unitFailed(ctx, h, unit, "failed")
+	case ctx.Err() == nil && wctx.Err() != nil && last.State != "":
+		return unitFailed(ctx, h, unit, fmt.Sprintf("%s after %v", last.State, timeout))
 	}
+	return err
 }
+
+var errUnitFailed = errors.New("unit failed")
 
 func unitFailed(ctx context.Context, h Host, unit, state string) error {
 	j, err := Journal(ctx, h, unit, journalLines)
@@ -151,87 +180,4 @@ func unitFailed(ctx context.Context, h Host, unit, state string) error {
 	}
 	return usererr.New(&UnitError{Host: h.Name(), Unit: unit, State: state, Journal: j},
 		fmt.Sprintf("the journal above says why; for more, on %s run: journalctl -u %s", h.Name(), unit))
-}
-
-// Service is a systemd service with the files it reads: its unit file
-// (and drop-ins), configs, certificates, binaries.
-type Service struct {
-	Unit  string   // "etcd.service"
-	Files []string // paths on the host
-}
-
-// PlanRestarts decides, from the files a push changed, whether systemd must
-// re-read its units (only if a unit file changed) and which services must
-// restart (those that read a changed file), in the order of services.
-func PlanRestarts(changed []string, services []Service) (daemonReload bool, restart []string) {
-	for _, p := range changed {
-		if isUnitFile(p) {
-			daemonReload = true
-		}
-	}
-	for _, s := range services {
-		for _, f := range s.Files {
-			if slices.Contains(changed, f) {
-				restart = append(restart, s.Unit)
-				break
-			}
-		}
-	}
-	return daemonReload, restart
-}
-
-// isUnitFile reports whether systemd reads p as a unit or a unit drop-in.
-func isUnitFile(p string) bool {
-	for _, dir := range []string{"/etc/systemd/system/", "/run/systemd/system/", "/lib/systemd/system/", "/usr/lib/systemd/system/"} {
-		if strings.HasPrefix(p, dir) {
-			return true
-		}
-	}
-	switch path.Ext(p) {
-	case ".service", ".socket", ".timer", ".target", ".mount", ".path", ".slice":
-		return true
-	}
-	return false
-}
-
-// ApplyServices converges services on h after a push that changed the
-// files in changed: daemon-reload if a unit changed, enable all, restart
-// those whose files changed, start the others (a no-op for running ones,
-// which keep their ActiveEnterTimestamp), then wait for each to be active.
-func ApplyServices(ctx context.Context, h Host, changed []string, services []Service, timeout time.Duration) error {
-	reload, restart := PlanRestarts(changed, services)
-	if reload {
-		if err := DaemonReload(ctx, h); err != nil {
-			return err
-		}
-	}
-	var units []string
-	for _, s := range services {
-		units = append(units, s.Unit)
-	}
-	if len(units) == 0 {
-		return nil
-	}
-	if err := Enable(ctx, h, units...); err != nil {
-		return err
-	}
-	for _, u := range units {
-		var err error
-		if slices.Contains(restart, u) {
-			err = Restart(ctx, h, u)
-		} else {
-			err = Start(ctx, h, u)
-		}
-		if err != nil {
-			// systemctl's own message only says to look at the journal:
-			// put the journal in the error.
-			return errors.Join(err, unitFailed(ctx, h, u, "not started"))
-		}
-	}
-	for _, u := range units {
-		if err := WaitActive(ctx, h, u, timeout); err != nil {
-			return err
-		}
-	}
-	return nil
 }

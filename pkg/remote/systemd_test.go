@@ -14,58 +14,28 @@ import (
 	"github.com/hardway/hardway/pkg/usererr"
 )
 
-func TestPlanRestarts(t *testing.T) {
-	services := []remote.Service{
-		{Unit: "etcd.service", Files: []string{"/etc/systemd/system/etcd.service", "/etc/etcd/etcd.pem", "/usr/local/bin/etcd"}},
-		{Unit: "kube-apiserver.service", Files: []string{"/etc/systemd/system/kube-apiserver.service", "/var/lib/kubernetes/ca.pem", "/etc/etcd/etcd.pem"}},
-		{Unit: "kube-scheduler.service", Files: []string{"/etc/systemd/system/kube-scheduler.service", "/etc/kubernetes/config/kube-scheduler.yaml"}},
-	}
-	tests := []struct {
-		name        string
-		changed     []string
-		wantReload  bool
-		wantRestart []string
-	}{
-		{name: "nothing changed"},
-		{name: "a certificate", changed: []string{"/var/lib/kubernetes/ca.pem"}, wantRestart: []string{"kube-apiserver.service"}},
-		{name: "shared file restarts both", changed: []string{"/etc/etcd/etcd.pem"}, wantRestart: []string{"etcd.service", "kube-apiserver.service"}},
-		{name: "unit file reloads and restarts", changed: []string{"/etc/systemd/system/kube-scheduler.service"}, wantReload: true, wantRestart: []string{"kube-scheduler.service"}},
-		{name: "drop-in reloads", changed: []string{"/etc/systemd/system/etcd.service.d/override.conf"}, wantReload: true},
-		{name: "unrelated file", changed: []string{"/etc/hosts"}},
-		{name: "binary", changed: []string{"/usr/local/bin/etcd"}, wantRestart: []string{"etcd.service"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			reload, restart := remote.PlanRestarts(tt.changed, services)
-			if reload != tt.wantReload || !slices.Equal(restart, tt.wantRestart) {
-				t.Errorf("PlanRestarts = %v, %q; want %v, %q", reload, restart, tt.wantReload, tt.wantRestart)
-			}
-		})
-	}
-}
-
 func TestQueries(t *testing.T) {
 	ctx := context.Background()
 	h := remotetest.New(t, "controller-1")
-	h.Expect("systemctl is-active -- etcd.service").Returns("active\n")
-	h.Expect("systemctl is-active -- etcd.service").Returns("inactive\n").Fails(3, "")
-	h.Expect("systemctl is-enabled -- etcd.service").Returns("disabled\n").Fails(1, "")
-	h.Expect("systemctl is-active -- nope.service").Fails(4, "Failed to connect to bus")
+	show := remote.ShowCommand("etcd.service")
+	h.Expect(show).Returns("ActiveState=active\nUnitFileState=enabled\nNeedDaemonReload=no\nActiveEnterTimestamp=Sun 2026-11-29 21:05:01 UTC\n")
+	h.Expect(show).Returns("ActiveState=inactive\nUnitFileState=disabled\nNeedDaemonReload=yes\nActiveEnterTimestamp=\n")
+	h.Expect(remote.ShowCommand("nope.service")).Fails(1, "Failed to connect to bus")
 	ts := "systemctl show --timestamp=us+utc --property=ActiveEnterTimestamp --value -- etcd.service"
 	h.Expect(ts).Returns("Sun 2026-11-29 21:05:01.123456 UTC\n")
 	h.Expect(ts).Returns("\n")
 
-	for _, want := range []string{"active", "inactive"} {
-		if s, err := remote.IsActive(ctx, h, "etcd.service"); s != want || err != nil {
-			t.Errorf("IsActive = %q, %v; want %q", s, err, want)
+	for _, want := range []remote.UnitState{
+		{Active: true, State: "active", Enabled: true, ActiveEnter: "Sun 2026-11-29 21:05:01 UTC"},
+		{State: "inactive", NeedReload: true},
+	} {
+		if st, err := remote.QueryUnit(ctx, h, "etcd.service"); st != want || err != nil {
+			t.Errorf("QueryUnit = %+v, %v; want %+v", st, err, want)
 		}
 	}
-	if s, err := remote.IsEnabled(ctx, h, "etcd.service"); s != "disabled" || err != nil {
-		t.Errorf("IsEnabled = %q, %v", s, err)
-	}
 	var ee *remote.ExitError
-	if _, err := remote.IsActive(ctx, h, "nope.service"); !errors.As(err, &ee) || ee.Code != 4 {
-		t.Errorf("IsActive without an answer: err = %v, want the ExitError", err)
+	if _, err := remote.QueryUnit(ctx, h, "nope.service"); !errors.As(err, &ee) || ee.Code != 1 {
+		t.Errorf("QueryUnit without an answer: err = %v, want the ExitError", err)
 	}
 	got, err := remote.ActiveEnterTimestamp(ctx, h, "etcd.service")
 	if want := time.Date(2026, 11, 29, 21, 5, 1, 123456000, time.UTC); err != nil || !got.Equal(want) {
@@ -84,7 +54,7 @@ func TestWaitActive(t *testing.T) {
 		}
 		return b.String()
 	}()
-	const isActive = "systemctl is-active -- etcd.service"
+	isActive := remote.ShowCommand("etcd.service")
 	const journalctl = "journalctl -u etcd.service -n 30 --no-pager -o short-iso"
 	tests := []struct {
 		name    string
@@ -95,15 +65,15 @@ func TestWaitActive(t *testing.T) {
 		{
 			name: "active after activating",
 			setup: func(h *remotetest.Fake) {
-				h.Expect(isActive).Returns("activating\n").Fails(3, "").Times(2)
-				h.Expect(isActive).Returns("active\n")
+				h.Expect(isActive).Returns("ActiveState=activating\n").Times(2)
+				h.Expect(isActive).Returns("ActiveState=active\n")
 			},
 			timeout: time.Minute,
 		},
 		{
 			name: "failed: no waiting, journal attached",
 			setup: func(h *remotetest.Fake) {
-				h.Expect(isActive).Returns("failed\n").Fails(3, "")
+				h.Expect(isActive).Returns("ActiveState=failed\n")
 				h.Expect(journalctl).Returns(journal)
 			},
 			timeout: time.Hour,
@@ -112,7 +82,7 @@ func TestWaitActive(t *testing.T) {
 		{
 			name: "timeout",
 			setup: func(h *remotetest.Fake) {
-				h.Expect(isActive).Returns("activating\n").Fails(3, "").AnyTimes()
+				h.Expect(isActive).Returns("ActiveState=activating\n").AnyTimes()
 				h.Expect(journalctl).Returns(journal)
 			},
 			timeout: 300 * time.Millisecond,
@@ -121,7 +91,7 @@ func TestWaitActive(t *testing.T) {
 		{
 			name: "journalctl fails too",
 			setup: func(h *remotetest.Fake) {
-				h.Expect(isActive).Returns("failed\n").Fails(3, "")
+				h.Expect(isActive).Returns("ActiveState=failed\n")
 				h.Expect(journalctl).Fails(1, "No journal files were found.")
 			},
 			timeout: time.Second,
@@ -159,70 +129,6 @@ func TestWaitActive(t *testing.T) {
 	}
 }
 
-func TestApplyServices(t *testing.T) {
-	services := []remote.Service{
-		{Unit: "etcd.service", Files: []string{"/etc/systemd/system/etcd.service", "/etc/etcd/etcd.pem"}},
-		{Unit: "kube-apiserver.service", Files: []string{"/etc/systemd/system/kube-apiserver.service", "/var/lib/kubernetes/ca.pem"}},
-	}
-	tests := []struct {
-		name    string
-		changed []string
-		want    []string
-	}{
-		{
-			name: "converged: only start (a no-op) and check",
-			want: []string{
-				"systemctl enable -- etcd.service kube-apiserver.service",
-				"systemctl start -- etcd.service",
-				"systemctl start -- kube-apiserver.service",
-				"systemctl is-active -- etcd.service",
-				"systemctl is-active -- kube-apiserver.service",
-			},
-		},
-		{
-			name:    "unit changed",
-			changed: []string{"/etc/systemd/system/etcd.service"},
-			want: []string{
-				"systemctl daemon-reload",
-				"systemctl enable -- etcd.service kube-apiserver.service",
-				"systemctl restart -- etcd.service",
-				"systemctl start -- kube-apiserver.service",
-				"systemctl is-active -- etcd.service",
-				"systemctl is-active -- kube-apiserver.service",
-			},
-		},
-		{
-			name:    "certificate changed: restart without reload",
-			changed: []string{"/var/lib/kubernetes/ca.pem"},
-			want: []string{
-				"systemctl enable -- etcd.service kube-apiserver.service",
-				"systemctl start -- etcd.service",
-				"systemctl restart -- kube-apiserver.service",
-				"systemctl is-active -- etcd.service",
-				"systemctl is-active -- kube-apiserver.service",
-			},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := remotetest.New(t, "controller-1")
-			for _, c := range tt.want {
-				e := h.Expect(c)
-				if strings.Contains(c, "is-active") {
-					e.Returns("active\n")
-				}
-			}
-			if err := remote.ApplyServices(context.Background(), h, tt.changed, services, time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			if got := h.Commands(); !slices.Equal(got, tt.want) {
-				t.Errorf("commands:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
-			}
-		})
-	}
-}
-
-// The fake must fail a test on a command nobody expected.
 func TestFakeRejectsUnexpected(t *testing.T) {
 	ft := &fakeT{TB: t}
 	h := remotetest.New(ft, "controller-1")

@@ -41,6 +41,7 @@ type Expectation struct {
 	stderr string
 	code   int
 	err    error
+	fn     func(cmd string, stdin []byte) (string, error)
 	times  int // -1: any number
 	used   int
 }
@@ -89,6 +90,13 @@ func (e *Expectation) Fails(code int, stderr string) *Expectation {
 	return e
 }
 
+// RespondWith answers the command with fn's output and error, for fakes
+// that model a host's state rather than list each command.
+func (e *Expectation) RespondWith(fn func(cmd string, stdin []byte) (string, error)) *Expectation {
+	e.fn = fn
+	return e
+}
+
 // Errors makes Run return err as is (a lost connection, say).
 func (e *Expectation) Errors(err error) *Expectation { e.err = err; return e }
 
@@ -129,6 +137,10 @@ func (f *Fake) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, er
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if e.fn != nil {
+		out, err := e.fn(cmd, in)
+		return []byte(out), err
 	}
 	if e.err != nil {
 		return []byte(e.stdout), e.err
