@@ -24,10 +24,10 @@ lint: setup
 mirror: setup
 	bash hack/mirror/build.sh
 
-# Unit tests, the real-sshd tests (as root), real etcd, and the rendered
+# Unit tests (with the race detector), the real-sshd tests (as root), real etcd, and the rendered
 # flags checked against the real binaries' --help.
 unit: setup mirror
-	$(GO) test -count=1 -timeout 20m ./pkg/... ./internal/... .
+	$(GO) test -race -count=1 -timeout 30m ./pkg/... ./internal/... .
 
 # Real hosts (systemd-nspawn + systemd + sshd) and real binaries, as root.
 e2e: setup build mirror

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-version"
 
+	"github.com/hardway/hardway/pkg/etcd"
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/kube"
 	"github.com/hardway/hardway/pkg/pki"
@@ -69,7 +70,7 @@ func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Resu
 	}
 	out := []verify.Result{res("host/ssh", verify.OKf(h.Name, "connected, host key verified"))}
 	for _, comp := range units.Names(units.ControlPlane) {
-		st, err := queryUnit(ctx, sh, comp+".service")
+		st, err := remote.QueryUnit(ctx, sh, comp+".service")
 		switch {
 		case err != nil:
 			out = append(out, res("host/units", verify.Failf(h.Name, timeoutHint(err), "%s: %v", comp, err)))
@@ -111,7 +112,7 @@ func (c *Cluster) checkHostFiles(ctx context.Context, h inventory.Host) []verify
 	}
 	c.ensureSet(ctx)
 	var out []verify.Result
-	files, err := c.remoteFiles(c.manifests[h.Name])
+	files, err := c.remoteFiles(c.manifest(h.Name))
 	if err != nil {
 		out = append(out, res("host/files", verify.Failf(h.Name, hintOf(err, "run 'hardway fetch'"), "cannot compare files: %v", err)))
 	} else if cmp, err := remote.Compare(ctx, sh, files); err != nil {
@@ -151,7 +152,7 @@ func timeoutHint(err error) string {
 }
 
 func (c *Cluster) checkEtcd(ctx context.Context) []verify.Result {
-	cli, err := c.Etcd()
+	cli, err := c.etcd()
 	if err != nil {
 		return []verify.Result{verify.Failf("", hintOf(err, "run 'hardway pki'"), "etcd client: %v", err)}
 	}
@@ -180,10 +181,10 @@ func (c *Cluster) checkEtcd(ctx context.Context) []verify.Result {
 	if err != nil {
 		return append(out, verify.Failf("", "quorum may be lost: start the stopped members", "member list: %v", err))
 	}
-	stale, missing := diffMembers(ms, c)
+	stale, missing := etcd.Diff(ms, c.etcdWanted())
 	switch {
 	case len(stale) > 0:
-		err := c.staleErr(stale)
+		err := etcd.StaleError(stale, etcdctlCmd)
 		out = append(out, verify.Result{Check: "etcd/members", Status: verify.Fail, Message: err.Error(), Hint: strings.ReplaceAll(hintOf(err, ""), "\n", " ; ")})
 	case len(missing) > 0:
 		out = append(out, verify.Result{Check: "etcd/members", Status: verify.Fail, Message: fmt.Sprintf("%d inventory member(s) not in the cluster", len(missing)), Hint: "run 'hardway up'"})
@@ -283,7 +284,7 @@ func (c *Cluster) checkEncryption(ctx context.Context) []verify.Result {
 	if err := kube.WriteProbeSecret(ctx, cs); err != nil {
 		return []verify.Result{verify.Failf("", "the apiserver must be ready", "%v", err)}
 	}
-	cli, err := c.Etcd()
+	cli, err := c.etcd()
 	if err != nil {
 		return []verify.Result{verify.Failf("", "", "%v", err)}
 	}

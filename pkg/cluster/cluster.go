@@ -39,6 +39,10 @@ type Options struct {
 	RemoveStaleMembers bool
 	// ServiceTimeout bounds the wait for one service to become healthy.
 	ServiceTimeout time.Duration
+	// Connect opens the connection to one host; nil: SSH (remote.Dial).
+	// Tunnels to etcd and the apiservers go through hosts that are also a
+	// remote.Dialer. Unit tests pass fakes here.
+	Connect func(ctx context.Context, cfg remote.Config) (remote.Host, error)
 }
 
 // Cluster is one inventory's cluster during one run.
@@ -46,14 +50,29 @@ type Cluster struct {
 	Inv *inventory.Inventory
 	opt Options
 
-	mu        sync.Mutex
-	renderMu  sync.Mutex // guards manifests and set, filled once
-	hosts     map[string]*remote.SSHHost
+	mu    sync.Mutex // guards hosts
+	hosts map[string]remote.Host
+
+	renderMu  sync.Mutex // guards manifests and set
 	set       *release.Set
 	manifests map[string]*units.Manifest
-	// willRestart is what push planned to mark for restart, per host: a dry
-	// run shows the restarts it implies although no marker was written.
-	willRestart map[string]map[string]bool
+
+	// newEtcd and newKube make the etcd and Kubernetes clients; tests
+	// replace them with fakes.
+	newEtcd func() (etcdAPI, error)
+	newKube func(h inventory.Host) (kubernetes.Interface, error)
+}
+
+// etcdAPI is what the steps and checks ask etcd; *etcd.Client is one.
+type etcdAPI interface {
+	Members(ctx context.Context) ([]etcd.Member, error)
+	Health(ctx context.Context, endpoint string) error
+	Status(ctx context.Context, endpoint string) (etcd.Status, error)
+	Alarms(ctx context.Context) ([]string, error)
+	Get(ctx context.Context, key string) ([]byte, error)
+	AddMember(ctx context.Context, peerURL string) (uint64, error)
+	RemoveMember(ctx context.Context, id uint64) error
+	Close() error
 }
 
 // New returns a Cluster; nothing is connected until a step needs it.
@@ -64,17 +83,51 @@ func New(inv *inventory.Inventory, opt Options) *Cluster {
 	if opt.ServiceTimeout == 0 {
 		opt.ServiceTimeout = 2 * time.Minute
 	}
-	return &Cluster{Inv: inv, opt: opt, hosts: map[string]*remote.SSHHost{}}
+	if opt.Connect == nil {
+		opt.Connect = func(ctx context.Context, cfg remote.Config) (remote.Host, error) {
+			h, err := remote.Dial(ctx, cfg)
+			if err != nil {
+				return nil, err // not a typed nil inside the interface
+			}
+			return h, nil
+		}
+	}
+	c := &Cluster{Inv: inv, opt: opt, hosts: map[string]remote.Host{}}
+	c.newEtcd = c.dialEtcd
+	c.newKube = c.dialKube
+	return c
 }
 
-// Close closes every SSH connection.
+// Close closes every connection.
 func (c *Cluster) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, h := range c.hosts {
-		h.Close()
+		if cl, ok := h.(remote.Closer); ok {
+			cl.Close()
+		}
 	}
-	c.hosts = map[string]*remote.SSHHost{}
+	c.hosts = map[string]remote.Host{}
+}
+
+// releaseSet is the release set found or fetched so far (nil: none yet).
+func (c *Cluster) releaseSet() *release.Set {
+	c.renderMu.Lock()
+	defer c.renderMu.Unlock()
+	return c.set
+}
+
+func (c *Cluster) setReleaseSet(s *release.Set) {
+	c.renderMu.Lock()
+	c.set = s
+	c.renderMu.Unlock()
+}
+
+// manifest is host's rendered manifest (after ensureRendered).
+func (c *Cluster) manifest(host string) *units.Manifest {
+	c.renderMu.Lock()
+	defer c.renderMu.Unlock()
+	return c.manifests[host]
 }
 
 func (c *Cluster) logf(format string, args ...any) { fmt.Fprintf(c.opt.Out, format+"\n", args...) }
@@ -108,8 +161,8 @@ func (c *Cluster) remoteConfig(h inventory.Host) remote.Config {
 	return cfg
 }
 
-// Host returns the SSH connection to the named host, dialling it once.
-func (c *Cluster) Host(ctx context.Context, name string) (*remote.SSHHost, error) {
+// Host returns the connection to the named host, dialling it once.
+func (c *Cluster) Host(ctx context.Context, name string) (remote.Host, error) {
 	c.mu.Lock()
 	h, ok := c.hosts[name]
 	c.mu.Unlock()
@@ -125,14 +178,16 @@ func (c *Cluster) Host(ctx context.Context, name string) (*remote.SSHHost, error
 	if ih == nil {
 		return nil, fmt.Errorf("no host %q in the inventory", name)
 	}
-	h, err := remote.Dial(ctx, c.remoteConfig(*ih))
+	h, err := c.opt.Connect(ctx, c.remoteConfig(*ih))
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.hosts[name]; ok {
-		h.Close()
+		if cl, ok := h.(remote.Closer); ok {
+			cl.Close()
+		}
 		return old, nil
 	}
 	c.hosts[name] = h
@@ -154,12 +209,21 @@ func (c *Cluster) dialVia() func(ctx context.Context, network, addr string) (net
 				name = h.Name
 			}
 		}
-		sh, err := c.Host(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		return sh.Client().DialContext(ctx, "tcp", addr)
+		return c.dialFrom(ctx, name, addr)
 	}
+}
+
+// dialFrom opens a TCP connection to addr from the named host's side.
+func (c *Cluster) dialFrom(ctx context.Context, host, addr string) (net.Conn, error) {
+	sh, err := c.Host(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	d, ok := sh.(remote.Dialer)
+	if !ok {
+		return nil, fmt.Errorf("%s: this connection cannot open tunnels", host)
+	}
+	return d.DialContext(ctx, "tcp", addr)
 }
 
 // caPool is the cluster CA as a pool.
@@ -175,8 +239,11 @@ func (c *Cluster) caPool(name string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// Etcd connects to etcd with the apiserver's etcd client certificate, through SSH.
-func (c *Cluster) Etcd() (*etcd.Client, error) {
+// etcd is a client of the cluster's etcd.
+func (c *Cluster) etcd() (etcdAPI, error) { return c.newEtcd() }
+
+// dialEtcd connects to etcd with the apiserver's etcd client certificate, through SSH.
+func (c *Cluster) dialEtcd() (etcdAPI, error) {
 	pool, err := c.caPool("ca")
 	if err != nil {
 		return nil, err
@@ -186,11 +253,15 @@ func (c *Cluster) Etcd() (*etcd.Client, error) {
 		return nil, fmt.Errorf("etcd client certificate: %w", err)
 	}
 	d := c.dialVia()
-	return etcd.New(etcd.Config{
+	cli, err := etcd.New(etcd.Config{
 		Endpoints: c.etcdEndpoints(),
 		TLS:       &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		Dial:      func(ctx context.Context, addr string) (net.Conn, error) { return d(ctx, "tcp", addr) },
 	})
+	if err != nil {
+		return nil, err
+	}
+	return cli, nil
 }
 
 func (c *Cluster) etcdEndpoints() []string {
@@ -214,8 +285,10 @@ func (c *Cluster) etcdWanted() []etcd.Wanted {
 }
 
 // Kube is a client of the apiserver on host h (admin credentials, through SSH).
-func (c *Cluster) Kube(h inventory.Host) (kubernetes.Interface, error) {
-	server := "https://" + net.JoinHostPort(h.IP(), "6443")
+func (c *Cluster) Kube(h inventory.Host) (kubernetes.Interface, error) { return c.newKube(h) }
+
+func (c *Cluster) dialKube(h inventory.Host) (kubernetes.Interface, error) {
+	server := "https://" + net.JoinHostPort(h.IP(), strconv.Itoa(units.APIServerPort))
 	cs, _, err := kube.Client(c.opt.State.Kubeconfig("admin"), server, c.dialVia())
 	return cs, err
 }

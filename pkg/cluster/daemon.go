@@ -19,7 +19,7 @@ type EtcdMemberStatus struct {
 // EtcdStatus asks every control-plane member for its status, each under
 // its own short timeout so one stopped member does not hold up the others.
 func (c *Cluster) EtcdStatus(ctx context.Context) ([]EtcdMemberStatus, error) {
-	cli, err := c.Etcd()
+	cli, err := c.etcd()
 	if err != nil {
 		return nil, err
 	}

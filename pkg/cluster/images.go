@@ -83,10 +83,11 @@ func (c *Cluster) hostImages(m *units.Manifest) ([]wantedImage, error) {
 		if !ok {
 			continue
 		}
-		if c.set == nil {
+		set := c.releaseSet()
+		if set == nil {
 			return nil, errors.New("the release set is not resolved (run 'hardway fetch')")
 		}
-		a, ok := c.set.Get(f.Source.Name)
+		a, ok := set.Get(f.Source.Name)
 		if !ok || a.Image == nil {
 			return nil, fmt.Errorf("release set has no image %s", f.Source.Name)
 		}
@@ -130,7 +131,7 @@ func (c *Cluster) planImages(ctx context.Context, sh remote.Host, m *units.Manif
 		return nil, nil
 	}
 	desc := fmt.Sprintf("import %d image(s) into containerd (%s): %s", len(todo), why, strings.Join(names, ", "))
-	return []plan.Action{{Host: sh.Name(), Desc: desc, Do: func(ctx context.Context) error {
+	return []plan.Action{{Host: sh.Name(), Kind: plan.Write, Desc: desc, Do: func(ctx context.Context) error {
 		for _, w := range todo {
 			// The CRI plugin serves the k8s.io namespace; import unpacks
 			// for the host's platform with the default snapshotter.

@@ -52,7 +52,7 @@ type HostFacts struct {
 	PortOwners map[int]string
 }
 
-func (c *Cluster) planPreflight(ctx context.Context) ([]plan.Action, error) {
+func (c *Cluster) planPreflight(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
 	hosts := c.Inv.Hosts()
 	facts := make([]HostFacts, len(hosts))
 	var mu sync.Mutex

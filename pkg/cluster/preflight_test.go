@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/remote/remotetest"
 )
 
@@ -88,12 +90,14 @@ func TestSnapshotParsesUnitsMarkersAndData(t *testing.T) {
 		"@kube-controller-manager\nActiveState=inactive\nUnitFileState=enabled\nNeedDaemonReload=no\n" +
 		"@kube-scheduler\nActiveState=active\nUnitFileState=enabled\nNeedDaemonReload=no\n" +
 		"@restart\nkube-apiserver\n@data\nyes\n")
-	cl := New(testInventory(t), Options{})
-	cl.planRestart("c1", []string{"kube-scheduler"}) // what a dry-run push planned
-	sn, err := cl.snapshot(context.Background(), f)
+	cl := New(testInventory(t), Options{Connect: func(context.Context, remote.Config) (remote.Host, error) { return f, nil }})
+	// What a dry-run push planned reaches the snapshot as plan data.
+	earlier := plan.Planned{{Host: "c1", Kind: plan.Write, Restarts: []string{"kube-scheduler"}}, {Host: "c2", Kind: plan.Write, Restarts: []string{"etcd"}}}
+	sns, err := cl.snapshots(context.Background(), earlier)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sn := sns["c1"]
 	e, a := sn.Units["etcd"], sn.Units["kube-apiserver"]
 	if !e.Active || !e.Enabled || e.NeedReload || a.Active || a.Enabled || !a.NeedReload || !sn.EtcdData {
 		t.Fatalf("%+v", sn)

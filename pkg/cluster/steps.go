@@ -19,24 +19,37 @@ import (
 	"github.com/hardway/hardway/pkg/usererr"
 )
 
+// The names of the steps of `hardway up` (--only, --skip, the daemon's
+// repairs).
+const (
+	StepPreflight    = "preflight"
+	StepPKI          = "pki"
+	StepFetch        = "fetch"
+	StepRender       = "render"
+	StepPush         = "push"
+	StepEtcd         = "etcd"
+	StepControlPlane = "control-plane"
+	StepRBAC         = "rbac"
+)
+
 // Steps are the steps of `hardway up`, in order.
 func (c *Cluster) Steps() []plan.Step {
 	return []plan.Step{
-		{Name: "preflight", Doc: "SSH with verified host keys; Linux, systemd, arch, clock, ports, disk, etcd fsync latency", Plan: c.planPreflight},
-		{Name: "pki", Doc: "CA, certificates, service-account key, encryption config, kubeconfigs (reused when valid)", Plan: c.planPKI},
-		{Name: "fetch", Doc: "release binaries verified against published checksums and hardway.lock", Plan: c.planFetch},
-		{Name: "render", Doc: "systemd units and configs for the inventory's versions", Plan: c.planRender},
-		{Name: "push", Doc: "binaries, certificates, kubeconfigs, configs and units, atomically; equal files skipped", Plan: c.planPush},
-		{Name: "etcd", Doc: "start or restart etcd, keeping quorum; check health and members", Plan: c.planEtcd},
-		{Name: "control-plane", Doc: "start or restart kube-apiserver, kube-controller-manager, kube-scheduler, host by host", Plan: c.planControlPlane},
-		{Name: "rbac", Doc: "ClusterRole and binding that let the apiserver reach kubelets (server-side apply)", Plan: c.planRBAC},
+		{Name: StepPreflight, Doc: "SSH with verified host keys; Linux, systemd, arch, clock skew, ports, free disk and the etcd disk's fsync latency", Plan: c.planPreflight},
+		{Name: StepPKI, Doc: "CA, certificates, service-account key, encryption config, kubeconfigs (reused when valid)", Plan: c.planPKI},
+		{Name: StepFetch, Doc: "release binaries, verified against published checksums and hardway.lock", Plan: c.planFetch},
+		{Name: StepRender, Doc: "systemd units and configs for the inventory's versions", Plan: c.planRender},
+		{Name: StepPush, Doc: "every file, atomically; files already equal are not sent", Plan: c.planPush},
+		{Name: StepEtcd, Doc: "start members (all together on a new cluster) or restart them one at a time, keeping quorum; check health and the member list", Plan: c.planEtcd},
+		{Name: StepControlPlane, Doc: "kube-apiserver, kube-controller-manager, kube-scheduler, host by host, waiting for /readyz or /healthz before the next", Plan: c.planControlPlane},
+		{Name: StepRBAC, Doc: "the RBAC that lets the apiserver reach kubelets (server-side apply)", Plan: c.planRBAC},
 		c.WorkersStep(),
 	}
 }
 
 // --- pki ---------------------------------------------------------------
 
-func (c *Cluster) planPKI(ctx context.Context) ([]plan.Action, error) {
+func (c *Cluster) planPKI(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
 	var todo []string
 	for _, r := range pki.Check(c.Inv, c.opt.State, time.Now()) {
 		// Errors (missing, broken, not covering) and a leaf's warnings
@@ -55,7 +68,7 @@ func (c *Cluster) planPKI(ctx context.Context) ([]plan.Action, error) {
 	}
 	desc := fmt.Sprintf("generate %d file(s) in %s", len(todo), c.opt.State)
 	diff := strings.Join(todo, "\n")
-	return []plan.Action{{Desc: desc, Diff: diff, Do: func(ctx context.Context) error {
+	return []plan.Action{{Kind: plan.Reissue, Desc: desc, Diff: diff, Do: func(ctx context.Context) error {
 		rs, err := pki.Generate(ctx, c.Inv, c.opt.State, pki.Options{})
 		if err != nil {
 			return err
@@ -92,11 +105,12 @@ func (c *Cluster) releaseOptions(offline bool) release.Options {
 	return o
 }
 
-func (c *Cluster) planFetch(ctx context.Context) ([]plan.Action, error) {
+func (c *Cluster) planFetch(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
 	o := c.releaseOptions(true)
 	set, err := release.Resolve(ctx, o)
 	if err == nil {
-		c.set = set
+		// Found in the cache: remembered in memory for push, nothing written.
+		c.setReleaseSet(set)
 		return nil, nil
 	}
 	if c.opt.Release.Offline {
@@ -109,21 +123,21 @@ func (c *Cluster) planFetch(ctx context.Context) ([]plan.Action, error) {
 	}
 	msg := err.Error()
 	first := strings.SplitN(msg, "\n", 2)[0]
-	return []plan.Action{{Desc: "download and verify release binaries (" + first + ")", Do: func(ctx context.Context) error {
+	return []plan.Action{{Kind: plan.Download, Desc: "download and verify release binaries (" + first + ")", Do: func(ctx context.Context) error {
 		o := c.releaseOptions(false)
 		o.Progress = c.opt.Progress
 		set, err := release.Resolve(ctx, o)
 		if err != nil {
 			return err
 		}
-		c.set = set
+		c.setReleaseSet(set)
 		return nil
 	}}}, nil
 }
 
 // --- render ------------------------------------------------------------
 
-func (c *Cluster) planRender(ctx context.Context) ([]plan.Action, error) {
+func (c *Cluster) planRender(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
 	return nil, c.ensureRendered(ctx)
 }
 
@@ -174,16 +188,17 @@ const sumsCache = "/var/lib/hardway/sums"
 // remoteFiles turns a host's manifest into remote files, resolving copied
 // files to the state directory or the release cache.
 func (c *Cluster) remoteFiles(m *units.Manifest) ([]remote.File, error) {
+	set := c.releaseSet()
 	var out []remote.File
 	for _, f := range m.Files {
 		owner, group, _ := strings.Cut(f.Owner, ":")
 		rf := remote.File{Path: f.Path, Mode: f.Mode, Owner: owner, Group: group, Data: f.Content}
 		if f.Source != nil {
 			if f.Source.Kind == units.SourceBinary {
-				if c.set == nil {
+				if set == nil {
 					return nil, usererr.New(errors.New("the release binaries are not in the cache"), "run 'hardway fetch' first, or 'hardway up' without --offline")
 				}
-				a, ok := c.set.Get(f.Source.Name)
+				a, ok := set.Get(f.Source.Name)
 				if !ok {
 					return nil, fmt.Errorf("release set has no %s", f.Source.Name)
 				}
@@ -200,7 +215,11 @@ func (c *Cluster) remoteFiles(m *units.Manifest) ([]remote.File, error) {
 	return out, nil
 }
 
-func (c *Cluster) planPush(ctx context.Context) ([]plan.Action, error) {
+// planPush compares every file with what is on the hosts. Each write it
+// plans names the components that read the file (Action.Restarts): the etcd
+// and control-plane steps restart those, also in a dry run where nothing was
+// written and no restart marker exists yet.
+func (c *Cluster) planPush(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
 	if err := c.ensureRendered(ctx); err != nil {
 		return nil, err
 	}
@@ -224,7 +243,7 @@ func (c *Cluster) planPush(ctx context.Context) ([]plan.Action, error) {
 
 func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Action, error) {
 	var actions []plan.Action
-	m := c.manifests[h.Name]
+	m := c.manifest(h.Name)
 	sh, err := c.Host(ctx, h.Name)
 	if err != nil {
 		return nil, err
@@ -247,20 +266,24 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Ac
 			continue
 		}
 		f, mf := files[i], m.Files[i]
-		c.planRestart(h.Name, mf.Components)
 		desc := fmt.Sprintf("write %s (%04o, %s)", f.Path, f.Mode.Perm(), r.Why)
 		diff := ""
 		if mf.Content != nil && r.Content && r.Why != "missing" {
 			diff = c.shortDiff(ctx, sh, f.Path, mf.Content)
 		}
-		actions = append(actions, plan.Action{Host: h.Name, Desc: desc, Diff: diff, Do: func(ctx context.Context) error {
+		actions = append(actions, plan.Action{Host: h.Name, Kind: plan.Write, Desc: desc, Diff: diff, Restarts: mf.Components, Do: func(ctx context.Context) error {
 			// Mark first: if the write succeeds and the run dies before
 			// the restart, the next run still restarts.
 			if err := c.markRestart(ctx, sh, mf.Components); err != nil {
 				return err
 			}
-			_, err := remote.WriteFile(ctx, sh, f)
-			return err
+			if _, err := remote.WriteFile(ctx, sh, f); err != nil {
+				return err
+			}
+			// The next plan then reads one stat instead of the file; a
+			// failure here only costs that read.
+			_ = remote.RecordSums(ctx, sh, sumsCache, []remote.File{f})
+			return nil
 		}})
 	}
 	return actions, nil
@@ -287,7 +310,7 @@ func (c *Cluster) ensureDirs(ctx context.Context, sh remote.Host, m *units.Manif
 			got = lines[i]
 		}
 		owner := d.Owner
-		*actions = append(*actions, plan.Action{Host: sh.Name(), Desc: fmt.Sprintf("directory %s (%04o %s; now %s)", d.Path, d.Mode.Perm(), owner, got),
+		*actions = append(*actions, plan.Action{Host: sh.Name(), Kind: plan.Write, Desc: fmt.Sprintf("directory %s (%04o %s; now %s)", d.Path, d.Mode.Perm(), owner, got),
 			Do: func(ctx context.Context) error {
 				u, g, _ := strings.Cut(owner, ":")
 				_, err := sh.Run(ctx, fmt.Sprintf("install -d -m %o -o %s -g %s %s", d.Mode.Perm(), remote.Quote(u), remote.Quote(g), remote.Quote(d.Path)), nil)
@@ -295,20 +318,6 @@ func (c *Cluster) ensureDirs(ctx context.Context, sh remote.Host, m *units.Manif
 			}})
 	}
 	return nil
-}
-
-func (c *Cluster) planRestart(host string, comps []string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.willRestart == nil {
-		c.willRestart = map[string]map[string]bool{}
-	}
-	if c.willRestart[host] == nil {
-		c.willRestart[host] = map[string]bool{}
-	}
-	for _, comp := range comps {
-		c.willRestart[host][comp] = true
-	}
 }
 
 func (c *Cluster) markRestart(ctx context.Context, sh remote.Host, comps []string) error {

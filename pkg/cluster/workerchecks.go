@@ -44,7 +44,7 @@ func (c *Cluster) checkWorker(ctx context.Context, w inventory.Host) []verify.Re
 	}
 	out := []verify.Result{res("host/ssh", verify.OKf(w.Name, "connected, host key verified"))}
 
-	sn, err := c.unitSnapshot(ctx, sh, workerComponents())
+	sn, err := c.unitSnapshot(ctx, sh, workerComponents(), nil)
 	if err != nil {
 		return append(out, res("worker/units", verify.Failf(w.Name, timeoutHint(err), "%v", err)))
 	}

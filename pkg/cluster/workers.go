@@ -14,6 +14,7 @@ import (
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/kube"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/poll"
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/usererr"
 )
@@ -27,41 +28,21 @@ func (c *Cluster) WorkersStep() plan.Step {
 }
 
 // unitSnapshot reads the state of comps on one host and the restart markers,
-// in one command.
-func (c *Cluster) unitSnapshot(ctx context.Context, sh remote.Host, comps []string) (*snapshot, error) {
+// in one command; the restarts earlier steps planned count as pending.
+func (c *Cluster) unitSnapshot(ctx context.Context, sh remote.Host, comps []string, earlier plan.Planned) (*snapshot, error) {
 	var script strings.Builder
 	for _, comp := range comps {
-		fmt.Fprintf(&script, "echo '@%s'; systemctl show -p ActiveState -p UnitFileState -p NeedDaemonReload -p ActiveEnterTimestamp %s\n", comp, remote.Quote(comp+".service"))
+		fmt.Fprintf(&script, "echo '@%s'; %s\n", comp, remote.ShowCommand(comp+".service"))
 	}
 	fmt.Fprintf(&script, "echo '@restart'; ls -1 %s 2>/dev/null || true\n", restartDir)
 	out, err := sh.Run(ctx, script.String(), nil)
 	if err != nil {
 		return nil, err
 	}
-	sn := &snapshot{Units: map[string]unitState{}, Pending: map[string]bool{}}
-	section := ""
-	for _, l := range strings.Split(string(out), "\n") {
-		if name, ok := strings.CutPrefix(l, "@"); ok {
-			section = name
-			continue
-		}
-		switch section {
-		case "":
-		case "restart":
-			if l != "" {
-				sn.Pending[l] = true
-			}
-		default:
-			st := sn.Units[section]
-			st.set(l)
-			sn.Units[section] = st
-		}
-	}
-	c.mu.Lock()
-	for comp := range c.willRestart[sh.Name()] {
+	sn := parseSnapshot(string(out))
+	for comp := range earlier.Restarts(sh.Name()) {
 		sn.Pending[comp] = true
 	}
-	c.mu.Unlock()
 	return sn, nil
 }
 
@@ -70,7 +51,7 @@ func (c *Cluster) kubeClient() (kubernetes.Interface, error) {
 	return c.Kube(c.Inv.ControlPlane[0])
 }
 
-func (c *Cluster) planWorkers(ctx context.Context) ([]plan.Action, error) {
+func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan.Action, error) {
 	if len(c.Inv.Workers) == 0 {
 		return nil, nil
 	}
@@ -92,7 +73,7 @@ func (c *Cluster) planWorkers(ctx context.Context) ([]plan.Action, error) {
 		if err != nil {
 			return err
 		}
-		sn, err := c.unitSnapshot(ctx, sh, comps)
+		sn, err := c.unitSnapshot(ctx, sh, comps, earlier)
 		snaps[indexOf(hosts, h.Name)] = sn
 		return err
 	})
@@ -137,11 +118,13 @@ func (c *Cluster) planWorkers(ctx context.Context) ([]plan.Action, error) {
 		if sn == nil {
 			continue
 		}
-		as, err := c.serviceActions(ctx, h, sn, PodRoutes, false, nil)
+		sh, err := c.Host(ctx, h.Name)
 		if err != nil {
 			return nil, err
 		}
-		actions = append(actions, as...)
+		if a := c.serviceAction(h, sh, sn, PodRoutes, serviceOpts{}); a != nil {
+			actions = append(actions, *a)
+		}
 	}
 	return actions, nil
 }
@@ -167,14 +150,11 @@ func (c *Cluster) planWorker(ctx context.Context, cs kubernetes.Interface, w inv
 	var actions []plan.Action
 	restarted := false
 	add := func(comp string) error {
-		as, err := c.serviceActions(ctx, w, sn, comp, false, nil)
-		for _, a := range as {
-			if sn.Units[comp].Active && strings.Contains(a.Desc, "restart") {
-				restarted = true
-			}
+		if a := c.serviceAction(w, sh, sn, comp, serviceOpts{}); a != nil {
+			restarted = restarted || a.Kind == plan.Restart
+			actions = append(actions, *a)
 		}
-		actions = append(actions, as...)
-		return err
+		return nil
 	}
 	if err := add(Containerd); err != nil {
 		return nil, false, err
@@ -182,7 +162,7 @@ func (c *Cluster) planWorker(ctx context.Context, cs kubernetes.Interface, w inv
 	// Ask containerd for its images only when it keeps running through
 	// this run; otherwise every image is imported after it starts.
 	runtimeUp := sn.Units[Containerd].Active && !sn.Pending[Containerd] && !sn.Units[Containerd].NeedReload
-	imgs, err := c.planImages(ctx, sh, c.manifests[w.Name], runtimeUp)
+	imgs, err := c.planImages(ctx, sh, c.manifest(w.Name), runtimeUp)
 	if err != nil {
 		return nil, false, err
 	}
@@ -194,10 +174,10 @@ func (c *Cluster) planWorker(ctx context.Context, cs kubernetes.Interface, w inv
 	}
 	switch {
 	case node == nil:
-		actions = append(actions, plan.Action{Host: w.Name, Desc: fmt.Sprintf("register Node %s with spec.podCIDR %s", w.Name, subnet),
+		actions = append(actions, plan.Action{Host: w.Name, Kind: plan.Apply, Desc: fmt.Sprintf("register Node %s with spec.podCIDR %s", w.Name, subnet),
 			Do: func(ctx context.Context) error { return kube.RegisterNode(ctx, cs, w.Name, subnet) }})
 	case node.Spec.PodCIDR == "":
-		actions = append(actions, plan.Action{Host: w.Name, Desc: fmt.Sprintf("set spec.podCIDR %s on Node %s", subnet, w.Name),
+		actions = append(actions, plan.Action{Host: w.Name, Kind: plan.Apply, Desc: fmt.Sprintf("set spec.podCIDR %s on Node %s", subnet, w.Name),
 			Do: func(ctx context.Context) error { return kube.SetPodCIDR(ctx, cs, w.Name, subnet) }})
 	case node.Spec.PodCIDR != subnet:
 		return nil, false, kube.PodCIDRConflict(w.Name, node.Spec.PodCIDR, subnet)
@@ -223,7 +203,7 @@ func (c *Cluster) waitReadyAction(names ...string) plan.Action {
 	if len(names) == 1 {
 		host = names[0]
 	}
-	return plan.Action{Host: host, Desc: desc, Do: func(ctx context.Context) error { return c.waitNodesReady(ctx, names) }}
+	return plan.Action{Host: host, Kind: plan.Wait, Desc: desc, Do: func(ctx context.Context) error { return c.waitNodesReady(ctx, names) }}
 }
 
 // waitNodesReady polls the Nodes until all are Ready; on timeout it asks
@@ -238,7 +218,7 @@ func (c *Cluster) waitNodesReady(ctx context.Context, names []string) error {
 	start := time.Now()
 	var mu sync.Mutex
 	last := map[string]*corev1.Node{}
-	err = poll(wctx, time.Second, func(ctx context.Context) error {
+	err = poll.Until(wctx, poll.Options{Attempt: 5 * time.Second}, func(ctx context.Context) error {
 		var notReady []string
 		for _, n := range names {
 			node, err := kube.GetNode(ctx, cs, n)
@@ -294,7 +274,7 @@ func (c *Cluster) diagnoseWorker(ctx context.Context, name string, node *corev1.
 	if err != nil {
 		return &kube.Diagnosis{Cause: "unreachable", Detail: err.Error(), Hint: hintOf(err, "check SSH to "+name)}
 	}
-	sn, err := c.unitSnapshot(ctx, sh, []string{Containerd, Kubelet})
+	sn, err := c.unitSnapshot(ctx, sh, []string{Containerd, Kubelet}, nil)
 	if err != nil {
 		return &kube.Diagnosis{Cause: "unreachable", Detail: err.Error(), Hint: "check SSH to " + name}
 	}
@@ -356,7 +336,7 @@ func orEmpty(n *corev1.Node) *corev1.Node {
 func (c *Cluster) pushHosts() []inventory.Host {
 	var out []inventory.Host
 	for _, h := range c.Inv.Hosts() {
-		if c.manifests[h.Name] != nil {
+		if c.manifest(h.Name) != nil {
 			out = append(out, h)
 		}
 	}

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"io"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +17,13 @@ import (
 // RepairSteps are the steps of `hardway up` a repair runs: what re-pushes
 // files and (re)starts units. Never preflight, pki or rbac: a daemon does
 // not reissue certificates or touch the API behind the user's back.
-var RepairSteps = []string{"fetch", "render", "push", "etcd", "control-plane"}
+var RepairSteps = []string{cluster.StepFetch, cluster.StepRender, cluster.StepPush, cluster.StepEtcd, cluster.StepControlPlane}
+
+// repairKinds are the only kinds of action a repair takes: files, starts,
+// restarts and the waits between them. Never a membership change (adding or
+// replacing a member is for `hardway up`, with a person watching), a
+// reissue, a download or an API write.
+var repairKinds = map[plan.Kind]bool{plan.Write: true, plan.Start: true, plan.Restart: true, plan.Wait: true}
 
 // ClusterTarget is the Target of a real inventory.
 type ClusterTarget struct {
@@ -113,20 +118,19 @@ func (t *ClusterTarget) Repair(ctx context.Context, host string, out io.Writer) 
 }
 
 // ForHost wraps steps so that they plan only host's actions and the
-// cluster-wide ones (waits, checks), and never an etcd membership change:
-// adding or replacing a member is for `hardway up`, with a person watching.
+// cluster-wide waits that follow them, of the kinds a repair may take.
 func ForHost(steps []plan.Step, host string) []plan.Step {
 	out := make([]plan.Step, len(steps))
 	for i, s := range steps {
 		p := s.Plan
-		s.Plan = func(ctx context.Context) ([]plan.Action, error) {
-			as, err := p(ctx)
+		s.Plan = func(ctx context.Context, earlier plan.Planned) ([]plan.Action, error) {
+			as, err := p(ctx, earlier)
 			if err != nil {
 				return nil, err
 			}
 			var keep []plan.Action
 			for _, a := range as {
-				if (a.Host == host || a.Host == "") && !membershipChange(a) {
+				if (a.Host == host || a.Host == "") && repairKinds[a.Kind] {
 					keep = append(keep, a)
 				}
 			}
@@ -135,8 +139,4 @@ func ForHost(steps []plan.Step, host string) []plan.Step {
 		out[i] = s
 	}
 	return out
-}
-
-func membershipChange(a plan.Action) bool {
-	return strings.HasPrefix(a.Desc, "join etcd") || strings.HasPrefix(a.Desc, "replace etcd member")
 }

@@ -19,16 +19,68 @@ type Step struct {
 	Name string // "pki", "etcd": progress prefix, error prefix, --only/--skip
 	Doc  string // one line for --help and --dry-run
 	// Plan reads the world and returns the actions that would converge it;
-	// none means the step is already done. It must not change anything.
-	Plan func(ctx context.Context) ([]Action, error)
+	// none means the step is already done. It must not change anything:
+	// what it learns from earlier steps comes in earlier (the actions they
+	// planned, done or not), never through a variable one Plan sets and
+	// another reads.
+	Plan func(ctx context.Context, earlier Planned) ([]Action, error)
 }
+
+// Kind says what an action changes. Decisions about actions (which ones a
+// daemon may take, which restarts wait for health) are made on the kind,
+// never on the wording of Desc.
+type Kind string
+
+const (
+	// Write writes a file or a directory, on a host or here.
+	Write Kind = "write"
+	// Reissue creates or replaces certificates, keys or kubeconfigs in the
+	// state directory.
+	Reissue Kind = "reissue"
+	// Download fetches release binaries into the cache.
+	Download Kind = "download"
+	// Start reloads systemd, enables or starts a unit that is not running:
+	// no running process is stopped.
+	Start Kind = "start"
+	// Restart stops and starts a running service.
+	Restart Kind = "restart"
+	// Membership adds or removes an etcd member.
+	Membership Kind = "membership"
+	// Apply writes objects through the Kubernetes API.
+	Apply Kind = "apply"
+	// Wait waits for health and checks; it changes nothing by itself.
+	Wait Kind = "wait"
+)
 
 // Action is one change a step makes.
 type Action struct {
 	Host string // "" for this machine
+	Kind Kind
 	Desc string // "write /etc/systemd/system/etcd.service (0644)"
 	Diff string // optional: a short diff shown by --dry-run
-	Do   func(ctx context.Context) error
+	// Restarts are the components on Host whose files this action changes:
+	// later steps restart them (see Planned.Restarts).
+	Restarts []string
+	Do       func(ctx context.Context) error
+}
+
+// Planned is what the steps before the current one planned in this run, in
+// order: taken already in a real run, only printed in a dry run.
+type Planned []Action
+
+// Restarts is the set of components on host that earlier actions change
+// the files of.
+func (p Planned) Restarts(host string) map[string]bool {
+	out := map[string]bool{}
+	for _, a := range p {
+		if a.Host != host {
+			continue
+		}
+		for _, c := range a.Restarts {
+			out[c] = true
+		}
+	}
+	return out
 }
 
 // Runner runs steps in order and prints one line per action.
@@ -43,6 +95,7 @@ type Runner struct {
 // Done is one action planned or taken.
 type Done struct {
 	Host string `json:"host,omitempty"` // "" for this machine
+	Kind Kind   `json:"kind"`
 	Desc string `json:"desc"`
 }
 
@@ -95,6 +148,7 @@ func (r *Runner) Run(ctx context.Context, steps []Step) (*Result, error) {
 		now = time.Now
 	}
 	res := &Result{DryRun: r.DryRun}
+	var earlier Planned
 	for _, s := range steps {
 		sr := StepResult{Name: s.Name}
 		if (len(r.Only) > 0 && !slices.Contains(r.Only, s.Name)) || slices.Contains(r.Skip, s.Name) {
@@ -103,10 +157,18 @@ func (r *Runner) Run(ctx context.Context, steps []Step) (*Result, error) {
 			continue
 		}
 		start := now()
-		actions, err := s.Plan(ctx)
+		actions, err := s.Plan(ctx, earlier[:len(earlier):len(earlier)])
 		if err != nil {
 			return res, fmt.Errorf("[%s] %w", s.Name, err)
 		}
+		for _, a := range actions {
+			if a.Kind == "" {
+				// A programming error: every decision on actions is made
+				// on their kind.
+				return res, fmt.Errorf("[%s] action %q has no kind", s.Name, a.Desc)
+			}
+		}
+		earlier = append(earlier, actions...)
 		if len(actions) == 0 {
 			fmt.Fprintf(r.Out, "[%s] up to date\n", s.Name)
 		}
@@ -115,7 +177,7 @@ func (r *Runner) Run(ctx context.Context, steps []Step) (*Result, error) {
 			if a.Host != "" {
 				line = a.Host + ": " + a.Desc
 			}
-			sr.Actions = append(sr.Actions, Done{Host: a.Host, Desc: a.Desc})
+			sr.Actions = append(sr.Actions, Done{Host: a.Host, Kind: a.Kind, Desc: a.Desc})
 			if r.DryRun {
 				fmt.Fprintf(r.Out, "[%s] would %s\n", s.Name, line)
 				if a.Diff != "" {

@@ -14,12 +14,12 @@ import (
 type world struct{ have, want map[string]string }
 
 func (w *world) step(name string) Step {
-	return Step{Name: name, Plan: func(context.Context) ([]Action, error) {
+	return Step{Name: name, Plan: func(context.Context, Planned) ([]Action, error) {
 		var as []Action
 		for k, v := range w.want {
 			if w.have[k] != v {
 				k, v := k, v
-				as = append(as, Action{Host: "h1", Desc: "set " + k, Diff: "-" + w.have[k] + "\n+" + v,
+				as = append(as, Action{Host: "h1", Kind: Write, Desc: "set " + k, Diff: "-" + w.have[k] + "\n+" + v,
 					Do: func(context.Context) error { w.have[k] = v; return nil }})
 			}
 		}
@@ -77,13 +77,51 @@ func TestErrorNamesStepAndHostAndStops(t *testing.T) {
 	boom := errors.New("boom")
 	ran := false
 	steps := []Step{
-		{Name: "one", Plan: func(context.Context) ([]Action, error) {
-			return []Action{{Host: "c1", Desc: "start etcd", Do: func(context.Context) error { return boom }}}, nil
+		{Name: "one", Plan: func(context.Context, Planned) ([]Action, error) {
+			return []Action{{Host: "c1", Kind: Start, Desc: "start etcd", Do: func(context.Context) error { return boom }}}, nil
 		}},
-		{Name: "two", Plan: func(context.Context) ([]Action, error) { ran = true; return nil, nil }},
+		{Name: "two", Plan: func(context.Context, Planned) ([]Action, error) { ran = true; return nil, nil }},
 	}
 	_, err := (&Runner{Out: &bytes.Buffer{}}).Run(context.Background(), steps)
 	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "[one] [c1] start etcd: boom") || ran {
+		t.Fatalf("err=%v ran=%v", err, ran)
+	}
+}
+
+// Later steps see what earlier ones planned, in a dry run too: that is how
+// a restart implied by a changed file shows without anything written.
+func TestEarlierPlansReachLaterSteps(t *testing.T) {
+	var seen map[string]bool
+	steps := []Step{
+		{Name: "push", Plan: func(context.Context, Planned) ([]Action, error) {
+			return []Action{{Host: "c1", Kind: Write, Desc: "write unit", Restarts: []string{"etcd"}, Do: func(context.Context) error { return nil }},
+				{Host: "c2", Kind: Write, Desc: "write other", Restarts: []string{"kube-scheduler"}, Do: func(context.Context) error { return nil }}}, nil
+		}},
+		{Name: "etcd", Plan: func(_ context.Context, earlier Planned) ([]Action, error) {
+			seen = earlier.Restarts("c1")
+			return nil, nil
+		}},
+	}
+	for _, dry := range []bool{true, false} {
+		seen = nil
+		if _, err := (&Runner{Out: &bytes.Buffer{}, DryRun: dry}).Run(context.Background(), steps); err != nil {
+			t.Fatal(err)
+		}
+		if len(seen) != 1 || !seen["etcd"] {
+			t.Fatalf("dry=%v: restarts seen by the etcd step: %v", dry, seen)
+		}
+	}
+}
+
+// An action without a kind is refused before anything runs: decisions on
+// actions are made on their kind.
+func TestActionWithoutKindIsRefused(t *testing.T) {
+	ran := false
+	steps := []Step{{Name: "s", Plan: func(context.Context, Planned) ([]Action, error) {
+		return []Action{{Desc: "restart everything", Do: func(context.Context) error { ran = true; return nil }}}, nil
+	}}}
+	_, err := (&Runner{Out: &bytes.Buffer{}}).Run(context.Background(), steps)
+	if err == nil || !strings.Contains(err.Error(), "no kind") || ran {
 		t.Fatalf("err=%v ran=%v", err, ran)
 	}
 }

@@ -1,0 +1,68 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/poll"
+	"github.com/hardway/hardway/pkg/units"
+)
+
+// componentHealthy polls a component's health endpoint through SSH.
+func (c *Cluster) componentHealthy(ctx context.Context, h inventory.Host, comp string) error {
+	return poll.Until(ctx, poll.Options{Attempt: 5 * time.Second}, func(ctx context.Context) error { return c.probe(ctx, h, comp) })
+}
+
+// healthPath is where each component says it is healthy, on the host's loopback.
+var healthPath = map[string]struct {
+	port int
+	path string
+}{
+	units.APIServer:         {units.APIServerPort, "/readyz"},
+	units.ControllerManager: {units.ControllerManagerPort, "/healthz"},
+	units.Scheduler:         {units.SchedulerPort, "/healthz"},
+}
+
+// probe GETs the component's health endpoint once, through the host's SSH
+// connection. The apiserver's certificate is checked against the cluster
+// CA; controller-manager and scheduler serve self-signed certificates they
+// make at start, which no CA vouches for, so only their answer counts.
+func (c *Cluster) probe(ctx context.Context, h inventory.Host, comp string) error {
+	ep, ok := healthPath[comp]
+	if !ok {
+		return fmt.Errorf("no health endpoint for %s", comp)
+	}
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if comp == units.APIServer {
+		pool, err := c.caPool("ca")
+		if err != nil {
+			return err
+		}
+		tlsCfg.RootCAs, tlsCfg.ServerName = pool, "127.0.0.1"
+	} else {
+		tlsCfg.InsecureSkipVerify = true // self-signed serving cert on loopback; see above
+	}
+	tr := &http.Transport{TLSClientConfig: tlsCfg,
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return c.dialFrom(ctx, h.Name, addr) }}
+	defer tr.CloseIdleConnections()
+	url := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ep.port)) + ep.path
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s", ep.path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
