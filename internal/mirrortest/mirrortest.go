@@ -27,6 +27,9 @@ import (
 const (
 	Kubernetes = "v1.36.3"
 	Etcd       = "v3.6.16"
+	Containerd = "v2.4.2"
+	Runc       = "v1.5.3"
+	PauseImage = "registry.k8s.io/pause:3.10.2" // images/pause-3.10.2.tar
 )
 
 // Dir is $HARDWAY_MIRROR or /var/tmp/hardway/mirror.
@@ -85,6 +88,48 @@ func EtcdBinaries(t testing.TB, names ...string) string {
 	dst := t.TempDir()
 	extract(t, tgz, top+"/", dst, names...)
 	return dst
+}
+
+// ContainerdBinaries verifies the containerd tarball against its .sha256sum,
+// extracts the named binaries (containerd, containerd-shim-runc-v2, ctr)
+// into a temporary directory and returns it.
+func ContainerdBinaries(t testing.TB, names ...string) string {
+	t.Helper()
+	file := fmt.Sprintf("containerd-%s-linux-%s.tar.gz", strings.TrimPrefix(Containerd, "v"), runtime.GOARCH)
+	tgz := verified(t, filepath.Join(Dir(), "containerd", Containerd, file), file+".sha256sum")
+	dst := t.TempDir()
+	extract(t, tgz, "bin/", dst, names...)
+	return dst
+}
+
+// RuncBinary is the path of runc in the mirror, after its sha256 matched runc.sha256sum.
+func RuncBinary(t testing.TB) string {
+	t.Helper()
+	return verified(t, filepath.Join(Dir(), "runc", Runc, "runc."+runtime.GOARCH), "runc.sha256sum")
+}
+
+// ImageTarball is the path of a docker-archive in the mirror's images/,
+// after its sha256 matched images/SHA256SUMS.
+func ImageTarball(t testing.TB, file string) string {
+	t.Helper()
+	return verified(t, filepath.Join(Dir(), "images", file), "SHA256SUMS")
+}
+
+// verified returns path once its sha256 matches its line in sums, a file
+// beside it.
+func verified(t testing.TB, path, sums string) string {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		missing(t, "no %s in the release mirror", path)
+	}
+	want, err := sumFor(filepath.Join(filepath.Dir(path), sums), filepath.Base(path))
+	if err != nil {
+		t.Fatalf("refusing to use an unverified file: %v", err)
+	}
+	if got := fileSHA256(t, path); got != want {
+		t.Fatalf("%s: sha256 %s, %s says %s", path, got, sums, want)
+	}
+	return path
 }
 
 func sumFor(sumsPath, file string) (string, error) {
