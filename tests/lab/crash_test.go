@@ -35,12 +35,13 @@ func TestMain(m *testing.M) {
 }
 
 func crashConfig(dir string) lab.Config {
-	return lab.Config{Dir: dir, Prefix: "hwt5", Net: "10.240.13", Hosts: 3, Log: os.Stderr}
+	return lab.Config{Dir: dir, Prefix: "hwt5", Net: "10.240.13", Hosts: 1, Workers: 2, Log: os.Stderr}
 }
 
-// TestDownAfterCrash kills `lab up` with SIGKILL half way (two hosts started,
-// the third maybe half made) and checks that `lab down` still removes
-// everything, from the state up recorded on disk.
+// TestDownAfterCrash kills `lab up` with SIGKILL half way (the controller and
+// worker-1 started, worker-2 maybe half made) and checks that `lab down` still
+// removes everything, from the state up recorded on disk: a worker's cgroups
+// in every hierarchy too.
 func TestDownAfterCrash(t *testing.T) {
 	requireRoot(t)
 	const prefix = "hwt5"
@@ -78,7 +79,8 @@ func TestDownAfterCrash(t *testing.T) {
 	t.Logf("killed lab up:\n%s", out.String())
 
 	left := strings.Join(leftovers(t, prefix), "\n")
-	if !strings.Contains(left, "process ") || !strings.Contains(left, "netns ") {
+	if !strings.Contains(left, "process ") || !strings.Contains(left, "netns ") ||
+		!strings.Contains(left, "/sys/fs/cgroup/cpuset/") || !strings.Contains(left, "hardway-"+prefix+"-worker-1") {
 		t.Fatalf("after the crash, expected running hosts, found:\n%s", left)
 	}
 	if err := l.Down(t.Context()); err != nil {
