@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hardway/hardway/pkg/inventory"
@@ -80,16 +81,22 @@ func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan
 	if err != nil {
 		return nil, err
 	}
-	cs, err := c.kubeClient()
-	if err != nil {
-		return nil, err
+	// The Nodes as the apiserver has them. A dry run before the first up
+	// has no apiserver (or no admin kubeconfig) yet: the registration is
+	// then planned, and decided when it runs.
+	var nodes map[string]*corev1.Node
+	if cs, err := c.kubeClient(); err == nil {
+		nodes, err = c.workerNodes(ctx, cs)
+		if err != nil {
+			nodes = nil
+		}
 	}
 
 	var fresh, rolling []plan.Action
 	var freshNames []string
 	for _, w := range c.Inv.Workers {
 		sn := snaps[indexOf(hosts, w.Name)]
-		as, restarted, err := c.planWorker(ctx, cs, w, sn, subnets[w.Name].String())
+		as, restarted, err := c.planWorker(ctx, w, sn, subnets[w.Name].String(), nodes)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", w.Name, err)
 		}
@@ -142,7 +149,7 @@ func isFresh(sn *snapshot) bool {
 // planWorker plans one worker: containerd, the images it lacks, its Node
 // object with hardway's pod subnet, the kubelet, kube-proxy and the pod
 // routes. restarted says whether a running service is restarted.
-func (c *Cluster) planWorker(ctx context.Context, cs kubernetes.Interface, w inventory.Host, sn *snapshot, subnet string) ([]plan.Action, bool, error) {
+func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot, subnet string, nodes map[string]*corev1.Node) ([]plan.Action, bool, error) {
 	sh, err := c.Host(ctx, w.Name)
 	if err != nil {
 		return nil, false, err
@@ -168,17 +175,21 @@ func (c *Cluster) planWorker(ctx context.Context, cs kubernetes.Interface, w inv
 	}
 	actions = append(actions, imgs...)
 
-	node, err := kube.GetNode(ctx, cs, w.Name)
-	if err != nil {
-		return nil, false, err
+	register := func(ctx context.Context) error {
+		cs, err := c.kubeClient()
+		if err != nil {
+			return err
+		}
+		return kube.RegisterNode(ctx, cs, w.Name, subnet)
 	}
+	node := nodes[w.Name]
 	switch {
+	case nodes == nil:
+		actions = append(actions, plan.Action{Host: w.Name, Kind: plan.Apply, Desc: fmt.Sprintf("register Node %s with spec.podCIDR %s (unless registered: the apiserver does not answer yet)", w.Name, subnet), Do: register})
 	case node == nil:
-		actions = append(actions, plan.Action{Host: w.Name, Kind: plan.Apply, Desc: fmt.Sprintf("register Node %s with spec.podCIDR %s", w.Name, subnet),
-			Do: func(ctx context.Context) error { return kube.RegisterNode(ctx, cs, w.Name, subnet) }})
+		actions = append(actions, plan.Action{Host: w.Name, Kind: plan.Apply, Desc: fmt.Sprintf("register Node %s with spec.podCIDR %s", w.Name, subnet), Do: register})
 	case node.Spec.PodCIDR == "":
-		actions = append(actions, plan.Action{Host: w.Name, Kind: plan.Apply, Desc: fmt.Sprintf("set spec.podCIDR %s on Node %s", subnet, w.Name),
-			Do: func(ctx context.Context) error { return kube.SetPodCIDR(ctx, cs, w.Name, subnet) }})
+		actions = append(actions, plan.Action{Host: w.Name, Kind: plan.Apply, Desc: fmt.Sprintf("set spec.podCIDR %s on Node %s", subnet, w.Name), Do: register})
 	case node.Spec.PodCIDR != subnet:
 		return nil, false, kube.PodCIDRConflict(w.Name, node.Spec.PodCIDR, subnet)
 	}
@@ -188,6 +199,21 @@ func (c *Cluster) planWorker(ctx context.Context, cs kubernetes.Interface, w inv
 		}
 	}
 	return actions, restarted, nil
+}
+
+// workerNodes reads the Node of every worker (absent: not registered).
+func (c *Cluster) workerNodes(ctx context.Context, cs kubernetes.Interface) (map[string]*corev1.Node, error) {
+	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list Nodes: %w", err)
+	}
+	out := map[string]*corev1.Node{}
+	for i := range l.Items {
+		if c.isWorker(l.Items[i].Name) {
+			out[l.Items[i].Name] = &l.Items[i]
+		}
+	}
+	return out, nil
 }
 
 // nodeTimeout bounds the wait for Nodes to become Ready.
