@@ -148,7 +148,7 @@ func isFresh(sn *snapshot) bool {
 
 // planWorker plans one worker: containerd, the images it lacks, its Node
 // object with hardway's pod subnet, the kubelet, kube-proxy and the pod
-// routes. restarted says whether a running service is restarted.
+// routes. restarted says whether a service is started or restarted.
 func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot, subnet string, nodes map[string]*corev1.Node) ([]plan.Action, bool, error) {
 	sh, err := c.Host(ctx, w.Name)
 	if err != nil {
@@ -158,7 +158,10 @@ func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot
 	restarted := false
 	add := func(comp string) error {
 		if a := c.serviceAction(w, sh, sn, comp, serviceOpts{}); a != nil {
-			restarted = restarted || a.Kind == plan.Restart
+			// A running worker whose services start or restart is waited
+			// for (a kubelet found stopped, too: up then says whether it
+			// came back).
+			restarted = restarted || a.Kind == plan.Restart || a.Kind == plan.Start
 			actions = append(actions, *a)
 		}
 		return nil
