@@ -75,6 +75,9 @@ type wantedImage struct {
 // hostImages lists the image tarballs of a host's manifest.
 func (c *Cluster) hostImages(m *units.Manifest) ([]wantedImage, error) {
 	var out []wantedImage
+	if m == nil {
+		return nil, nil
+	}
 	for _, f := range m.Files {
 		if f.Source == nil || f.Source.Kind != units.SourceBinary {
 			continue

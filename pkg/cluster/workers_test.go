@@ -1,12 +1,28 @@
 package cluster
 
 import (
+	"context"
+	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
 	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/kube"
+	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/release"
+	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/remote/remotetest"
+	"github.com/hardway/hardway/pkg/units"
+	"github.com/hardway/hardway/pkg/usererr"
 )
 
 func TestImagePresent(t *testing.T) {
@@ -106,5 +122,248 @@ func TestWorkerFactProblems(t *testing.T) {
 	noNft := strings.Replace(noIpt, "tool nft yes", "tool nft no", 1)
 	if p, _ := workerFactProblems(noNft, false, "nftables", 36); len(p) != 1 || !strings.Contains(p[0], "nft (for kube-proxy in nftables mode)") || strings.Contains(p[0], "iptables-restore") {
 		t.Fatalf("nftables mode: %v", p)
+	}
+}
+
+// workerModel is a fake worker (or control-plane host) for planWorkers: its
+// units, restart markers and the images its containerd has.
+type workerModel struct {
+	mu      sync.Mutex
+	units   map[string]remote.UnitState
+	markers map[string]bool
+	images  string // crictl images -o json
+}
+
+var reSnapComp = regexp.MustCompile(`echo '@([^']+)'`)
+
+func (m *workerModel) answer(cmd string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var b strings.Builder
+	switch {
+	case strings.HasPrefix(cmd, "echo '@"):
+		for _, g := range reSnapComp.FindAllStringSubmatch(cmd, -1) {
+			if g[1] == "restart" {
+				continue
+			}
+			st := m.units[g[1]]
+			state := "inactive"
+			if st.Active {
+				state = "active"
+			}
+			en := "disabled"
+			if st.Enabled {
+				en = "enabled"
+			}
+			fmt.Fprintf(&b, "@%s\nActiveState=%s\nUnitFileState=%s\nNeedDaemonReload=no\nActiveEnterTimestamp=\n", g[1], state, en)
+		}
+		b.WriteString("@restart\n")
+		for k := range m.markers {
+			b.WriteString(k + "\n")
+		}
+	case strings.Contains(cmd, " images -o json"):
+		if m.images == "" {
+			return "", &remote.ExitError{Code: 1, Stderr: "connect: connection refused"}
+		}
+		b.WriteString(m.images)
+	}
+	return b.String(), nil
+}
+
+func running(comps ...string) *workerModel {
+	m := &workerModel{units: map[string]remote.UnitState{}, markers: map[string]bool{}}
+	for _, c := range comps {
+		m.units[c] = remote.UnitState{Active: true, State: "active", Enabled: true}
+	}
+	return m
+}
+
+type workerFake struct {
+	*Cluster
+	hosts map[string]*remotetest.Fake
+	kube  *kubefake.Clientset
+}
+
+// newWorkerFake is two workers and one control-plane host; each worker's
+// manifest pushes the pause and hello image tarballs.
+func newWorkerFake(t *testing.T, models map[string]*workerModel) *workerFake {
+	t.Helper()
+	inv, err := inventory.Parse("inv.yaml", t.TempDir()+"/inv.yaml", []byte(`controlPlane:
+  - {name: c1, address: 10.240.0.11}
+workers:
+  - {name: worker-1, address: 10.240.0.21}
+  - {name: worker-2, address: 10.240.0.22}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := &workerFake{hosts: map[string]*remotetest.Fake{}, kube: kubefake.NewClientset()}
+	for _, h := range inv.Hosts() {
+		f := remotetest.New(t, h.Name)
+		m := models[h.Name]
+		f.ExpectMatch(`(?s).*`).AnyTimes().RespondWith(func(cmd string, _ []byte) (string, error) { return m.answer(cmd) })
+		wf.hosts[h.Name] = f
+	}
+	wf.Cluster = New(inv, Options{Connect: func(_ context.Context, cfg remote.Config) (remote.Host, error) { return wf.hosts[cfg.Name], nil }})
+	wf.newKube = func(inventory.Host) (kubernetes.Interface, error) { return wf.kube, nil }
+	img := func(name, id string) release.Artifact {
+		return release.Artifact{Name: release.ImagePrefix + name, Image: &release.ImageInfo{Name: name, ID: id}}
+	}
+	wf.set = &release.Set{Artifacts: []release.Artifact{img(pauseRef, "sha256:aaa"), img(helloRef, "sha256:bbb")}}
+	wf.manifests = map[string]*units.Manifest{"c1": {Host: "c1"}}
+	for _, w := range inv.Workers {
+		wf.manifests[w.Name] = &units.Manifest{Host: w.Name, Files: []units.File{
+			{Path: "/var/lib/hardway/images/pause.tar", Source: &units.Source{Kind: units.SourceBinary, Name: release.ImagePrefix + pauseRef}},
+			{Path: "/var/lib/hardway/images/hello.tar", Source: &units.Source{Kind: units.SourceBinary, Name: release.ImagePrefix + helloRef}},
+		}}
+	}
+	return wf
+}
+
+const (
+	pauseRef  = "registry.k8s.io/pause:3.10.2"
+	helloRef  = "hardway.local/hello:v1"
+	bothImgs  = `{"images":[{"id":"sha256:aaa","repoTags":["registry.k8s.io/pause:3.10.2"]},{"id":"sha256:bbb","repoTags":["hardway.local/hello:v1"]}]}`
+	pauseOnly = `{"images":[{"id":"sha256:aaa","repoTags":["registry.k8s.io/pause:3.10.2"]}]}`
+)
+
+// wdescs is "kind host: desc" per action.
+func wdescs(as []plan.Action) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, fmt.Sprintf("%s %s: %s", a.Kind, a.Host, a.Desc))
+	}
+	return out
+}
+
+// writes are the commands that are not reads.
+func (wf *workerFake) writes() []string {
+	var out []string
+	for name, f := range wf.hosts {
+		for _, c := range f.Commands() {
+			if !strings.HasPrefix(c, "echo '@") && !strings.Contains(c, " images -o json") {
+				out = append(out, name+": "+c)
+			}
+		}
+	}
+	return out
+}
+
+func TestPlanWorkersFresh(t *testing.T) {
+	wf := newWorkerFake(t, map[string]*workerModel{"c1": running(), "worker-1": running(), "worker-2": running()})
+	as, err := wf.planWorkers(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"start worker-1: containerd: enable, start",
+		"write worker-1: import 2 image(s) into containerd (containerd not running yet): hardway.local/hello:v1 (bbb), registry.k8s.io/pause:3.10.2 (aaa)",
+		"apply worker-1: register Node worker-1 with spec.podCIDR 10.200.0.0/24",
+		"start worker-1: kubelet: enable, start",
+		"start worker-1: kube-proxy: enable, start",
+		"start worker-1: hardway-pod-routes: enable, start",
+		"start worker-2: containerd: enable, start",
+		"write worker-2: import 2 image(s) into containerd (containerd not running yet): hardway.local/hello:v1 (bbb), registry.k8s.io/pause:3.10.2 (aaa)",
+		"apply worker-2: register Node worker-2 with spec.podCIDR 10.200.1.0/24",
+		"start worker-2: kubelet: enable, start",
+		"start worker-2: kube-proxy: enable, start",
+		"start worker-2: hardway-pod-routes: enable, start",
+		// New workers start together and are waited for together.
+		"wait : wait for Nodes worker-1, worker-2 to be Ready",
+		"start c1: hardway-pod-routes: enable, start",
+	}
+	if got := wdescs(as); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if w := wf.writes(); len(w) > 0 {
+		t.Fatalf("the plan changed hosts: %v", w)
+	}
+	if l, _ := wf.kube.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{}); len(l.Items) != 0 {
+		t.Fatalf("the plan registered nodes: %v", l.Items)
+	}
+	// Registering is an action: it creates the Node with the subnet.
+	if err := as[2].Do(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := kube.GetNode(t.Context(), wf.kube, "worker-1"); n == nil || n.Spec.PodCIDR != "10.200.0.0/24" {
+		t.Fatalf("registered %+v", n)
+	}
+}
+
+func readyNode(name, cidr string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+}
+
+func convergedWorkers(t *testing.T) (*workerFake, map[string]*workerModel) {
+	models := map[string]*workerModel{"c1": running(PodRoutes),
+		"worker-1": running(workerComponents()...), "worker-2": running(workerComponents()...)}
+	models["worker-1"].images, models["worker-2"].images = bothImgs, bothImgs
+	wf := newWorkerFake(t, models)
+	for i, w := range []string{"worker-1", "worker-2"} {
+		if _, err := wf.kube.CoreV1().Nodes().Create(t.Context(), readyNode(w, fmt.Sprintf("10.200.%d.0/24", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return wf, models
+}
+
+func TestPlanWorkersConverged(t *testing.T) {
+	wf, _ := convergedWorkers(t)
+	as, err := wf.planWorkers(t.Context(), nil)
+	if err != nil || len(as) != 0 {
+		t.Fatalf("converged: %v %v", wdescs(as), err)
+	}
+}
+
+func TestPlanWorkersRollsRunningWorkers(t *testing.T) {
+	wf, models := convergedWorkers(t)
+	// Both kubelets' files changed (push planned it), and worker-2 lost an image.
+	models["worker-2"].images = pauseOnly
+	earlier := plan.Planned{
+		{Host: "worker-1", Kind: plan.Write, Restarts: []string{Kubelet}},
+		{Host: "worker-2", Kind: plan.Write, Restarts: []string{Kubelet, Containerd}},
+	}
+	as, err := wf.planWorkers(t.Context(), earlier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"restart worker-1: kubelet: restart (files changed)",
+		"wait worker-1: wait for Node worker-1 to be Ready",
+		"restart worker-2: containerd: restart (files changed)",
+		// containerd restarts in this run: its images are not asked, all are imported.
+		"write worker-2: import 2 image(s) into containerd (containerd not running yet): hardway.local/hello:v1 (bbb), registry.k8s.io/pause:3.10.2 (aaa)",
+		"restart worker-2: kubelet: restart (files changed)",
+		"wait worker-2: wait for Node worker-2 to be Ready",
+	}
+	if got := wdescs(as); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestPlanWorkersMissingImageOnly(t *testing.T) {
+	wf, models := convergedWorkers(t)
+	models["worker-1"].images = pauseOnly
+	as, err := wf.planWorkers(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := wdescs(as); len(got) != 1 || got[0] != "write worker-1: import 1 image(s) into containerd (not present): hardway.local/hello:v1 (bbb)" {
+		t.Fatalf("plan: %v", got)
+	}
+}
+
+func TestPlanWorkersPodCIDRConflict(t *testing.T) {
+	wf, _ := convergedWorkers(t)
+	if err := wf.kube.CoreV1().Nodes().Delete(t.Context(), "worker-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wf.kube.CoreV1().Nodes().Create(t.Context(), readyNode("worker-2", "10.200.7.0/24"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := wf.planWorkers(t.Context(), nil)
+	if err == nil || !strings.Contains(err.Error(), "spec.podCIDR 10.200.7.0/24") || !strings.Contains(usererr.HintOf(err), "kubectl delete node worker-2") {
+		t.Fatalf("conflict: %v (hint %q)", err, usererr.HintOf(err))
 	}
 }
