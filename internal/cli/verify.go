@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hardway/hardway/pkg/cluster"
+	"github.com/hardway/hardway/pkg/kube"
 	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/usererr"
 	"github.com/hardway/hardway/pkg/verify"
@@ -93,7 +94,7 @@ client-go's rules, and becomes the current context.`,
 			}
 			p := a.stateDir(inv).Kubeconfig("admin")
 			if merge {
-				dst, err := cluster.MergeKubeconfig(p)
+				dst, err := kube.MergeKubeconfig(p)
 				if err != nil {
 					return err
 				}

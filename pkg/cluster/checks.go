@@ -19,6 +19,22 @@ import (
 	"github.com/hardway/hardway/pkg/verify"
 )
 
+// Names of the checks whose results the daemon acts on or counts; a rename
+// here reaches it (see daemon.RepairHosts) instead of silently disabling it.
+const (
+	CheckHostSSH         = "host/ssh"
+	CheckHostUnits       = "host/units"
+	CheckHostClock       = "host/clock"
+	CheckHostFiles       = "host/files"
+	CheckHostBinaries    = "host/binaries"
+	CheckEtcdHealth      = "etcd/health"
+	CheckEtcdMembers     = "etcd/members"
+	CheckEtcdLeader      = "etcd/leader"
+	CheckEtcdAlarms      = "etcd/alarms"
+	CheckAPIServerLivez  = "apiserver/livez"
+	CheckAPIServerReadyz = "apiserver/readyz"
+)
+
 // Checks are the facts `hardway verify` proves, in report order.
 func (c *Cluster) Checks() []verify.Check {
 	checks := []verify.Check{
@@ -27,7 +43,7 @@ func (c *Cluster) Checks() []verify.Check {
 	for _, h := range c.Inv.ControlPlane {
 		checks = append(checks,
 			verify.Check{Name: "host", Doc: "SSH with a verified host key, units enabled and active, clock", Run: func(ctx context.Context) []verify.Result { return c.checkHost(ctx, h) }},
-			verify.Check{Name: "host/files", Doc: "binaries match the lock, files match the rendered ones (every byte read)", Run: func(ctx context.Context) []verify.Result { return c.checkHostFiles(ctx, h) }})
+			verify.Check{Name: CheckHostFiles, Doc: "binaries match the lock, files match the rendered ones (every byte read)", Run: func(ctx context.Context) []verify.Result { return c.checkHostFiles(ctx, h) }})
 	}
 	checks = append(checks,
 		verify.Check{Name: "etcd", Doc: "every member healthy, member list equals the inventory, one leader, no alarms", Run: c.checkEtcd},
@@ -66,20 +82,20 @@ func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Resu
 	res := func(check string, r verify.Result) verify.Result { r.Check = check; r.Host = h.Name; return r }
 	sh, err := c.Host(ctx, h.Name)
 	if err != nil {
-		return []verify.Result{res("host/ssh", verify.Failf(h.Name, hintOf(err, "check the address, the SSH key and known_hosts"), "%v", err))}
+		return []verify.Result{res(CheckHostSSH, verify.Failf(h.Name, hintOf(err, "check the address, the SSH key and known_hosts"), "%v", err))}
 	}
-	out := []verify.Result{res("host/ssh", verify.OKf(h.Name, "connected, host key verified"))}
+	out := []verify.Result{res(CheckHostSSH, verify.OKf(h.Name, "connected, host key verified"))}
 	for _, comp := range units.Names(units.ControlPlane) {
 		st, err := remote.QueryUnit(ctx, sh, comp+".service")
 		switch {
 		case err != nil:
-			out = append(out, res("host/units", verify.Failf(h.Name, timeoutHint(err), "%s: %v", comp, err)))
+			out = append(out, res(CheckHostUnits, verify.Failf(h.Name, timeoutHint(err), "%s: %v", comp, err)))
 		case !st.Active:
-			out = append(out, res("host/units", verify.Failf(h.Name, fmt.Sprintf("see 'journalctl -u %s' on %s; 'hardway up' starts it", comp, h.Name), "%s is not active", comp)))
+			out = append(out, res(CheckHostUnits, verify.Failf(h.Name, fmt.Sprintf("see 'journalctl -u %s' on %s; 'hardway up' starts it", comp, h.Name), "%s is not active", comp)))
 		case !st.Enabled:
-			out = append(out, res("host/units", verify.Failf(h.Name, "'hardway up' enables it, so it comes back after a reboot", "%s is running but not enabled", comp)))
+			out = append(out, res(CheckHostUnits, verify.Failf(h.Name, "'hardway up' enables it, so it comes back after a reboot", "%s is running but not enabled", comp)))
 		default:
-			out = append(out, res("host/units", verify.OKf(h.Name, "%s enabled and active since %s", comp, st.ActiveEnter)))
+			out = append(out, res(CheckHostUnits, verify.OKf(h.Name, "%s enabled and active since %s", comp, st.ActiveEnter)))
 		}
 	}
 
@@ -91,9 +107,9 @@ func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Resu
 		fmt.Sscan(strings.TrimSpace(string(b)), &ns)
 		skew := time.Unix(0, ns).Sub(t0.Add(t1.Sub(t0) / 2))
 		if abs(skew) > maxClockSkew {
-			out = append(out, res("host/clock", verify.Failf(h.Name, "run chrony or systemd-timesyncd on every host", "clock is %s off", skew.Round(time.Millisecond))))
+			out = append(out, res(CheckHostClock, verify.Failf(h.Name, "run chrony or systemd-timesyncd on every host", "clock is %s off", skew.Round(time.Millisecond))))
 		} else {
-			out = append(out, res("host/clock", verify.OKf(h.Name, "skew %s", skew.Round(time.Millisecond))))
+			out = append(out, res(CheckHostClock, verify.OKf(h.Name, "skew %s", skew.Round(time.Millisecond))))
 		}
 	}
 	return out
@@ -105,18 +121,18 @@ func (c *Cluster) checkHostFiles(ctx context.Context, h inventory.Host) []verify
 	res := func(check string, r verify.Result) verify.Result { r.Check = check; r.Host = h.Name; return r }
 	sh, err := c.Host(ctx, h.Name)
 	if err != nil {
-		return []verify.Result{res("host/files", verify.Failf(h.Name, "see host/ssh", "%v", err))}
+		return []verify.Result{res(CheckHostFiles, verify.Failf(h.Name, "see "+CheckHostSSH, "%v", err))}
 	}
 	if err := c.ensureRendered(ctx); err != nil {
-		return []verify.Result{res("host/files", verify.Failf(h.Name, "", "render: %v", err))}
+		return []verify.Result{res(CheckHostFiles, verify.Failf(h.Name, "", "render: %v", err))}
 	}
 	c.ensureSet(ctx)
 	var out []verify.Result
 	files, err := c.remoteFiles(c.manifest(h.Name))
 	if err != nil {
-		out = append(out, res("host/files", verify.Failf(h.Name, hintOf(err, "run 'hardway fetch'"), "cannot compare files: %v", err)))
+		out = append(out, res(CheckHostFiles, verify.Failf(h.Name, hintOf(err, "run 'hardway fetch'"), "cannot compare files: %v", err)))
 	} else if cmp, err := remote.Compare(ctx, sh, files); err != nil {
-		out = append(out, res("host/files", verify.Failf(h.Name, timeoutHint(err), "compare files: %v", err)))
+		out = append(out, res(CheckHostFiles, verify.Failf(h.Name, timeoutHint(err), "compare files: %v", err)))
 	} else {
 		var bins, other []string
 		for i, r := range cmp {
@@ -130,14 +146,14 @@ func (c *Cluster) checkHostFiles(ctx context.Context, h inventory.Host) []verify
 			}
 		}
 		if len(bins) > 0 {
-			out = append(out, res("host/binaries", verify.Failf(h.Name, "'hardway up' puts back the binaries pinned in hardway.lock", "differ from hardway.lock: %s", strings.Join(bins, ", "))))
+			out = append(out, res(CheckHostBinaries, verify.Failf(h.Name, "'hardway up' puts back the binaries pinned in hardway.lock", "differ from hardway.lock: %s", strings.Join(bins, ", "))))
 		} else {
-			out = append(out, res("host/binaries", verify.OKf(h.Name, "match hardway.lock (sha256)")))
+			out = append(out, res(CheckHostBinaries, verify.OKf(h.Name, "match hardway.lock (sha256)")))
 		}
 		if len(other) > 0 {
-			out = append(out, res("host/files", verify.Failf(h.Name, "someone edited them on the host; 'hardway up --dry-run' shows the diff, 'hardway up' restores them", "drifted: %s", strings.Join(other, ", "))))
+			out = append(out, res(CheckHostFiles, verify.Failf(h.Name, "someone edited them on the host; 'hardway up --dry-run' shows the diff, 'hardway up' restores them", "drifted: %s", strings.Join(other, ", "))))
 		} else {
-			out = append(out, res("host/files", verify.OKf(h.Name, "%d files match the rendered ones", len(files))))
+			out = append(out, res(CheckHostFiles, verify.OKf(h.Name, "%d files match the rendered ones", len(files))))
 		}
 	}
 	return out
@@ -170,12 +186,12 @@ func (c *Cluster) checkEtcd(ctx context.Context) []verify.Result {
 		}
 		cancel()
 		if err != nil {
-			out = append(out, verify.Result{Check: "etcd/health", Host: h.Name, Status: verify.Fail, Message: err.Error(),
+			out = append(out, verify.Result{Check: CheckEtcdHealth, Host: h.Name, Status: verify.Fail, Message: err.Error(),
 				Hint: fmt.Sprintf("see 'journalctl -u etcd' on %s; 'hardway up' starts it again", h.Name)})
 			continue
 		}
 		leaders[st.Leader] = true
-		out = append(out, verify.Result{Check: "etcd/health", Host: h.Name, Status: verify.Pass, Message: "healthy"})
+		out = append(out, verify.Result{Check: CheckEtcdHealth, Host: h.Name, Status: verify.Pass, Message: "healthy"})
 	}
 	ms, err := cli.Members(ctx)
 	if err != nil {
@@ -185,22 +201,22 @@ func (c *Cluster) checkEtcd(ctx context.Context) []verify.Result {
 	switch {
 	case len(stale) > 0:
 		err := etcd.StaleError(stale, etcdctlCmd)
-		out = append(out, verify.Result{Check: "etcd/members", Status: verify.Fail, Message: err.Error(), Hint: strings.ReplaceAll(hintOf(err, ""), "\n", " ; ")})
+		out = append(out, verify.Result{Check: CheckEtcdMembers, Status: verify.Fail, Message: err.Error(), Hint: strings.ReplaceAll(hintOf(err, ""), "\n", " ; ")})
 	case len(missing) > 0:
-		out = append(out, verify.Result{Check: "etcd/members", Status: verify.Fail, Message: fmt.Sprintf("%d inventory member(s) not in the cluster", len(missing)), Hint: "run 'hardway up'"})
+		out = append(out, verify.Result{Check: CheckEtcdMembers, Status: verify.Fail, Message: fmt.Sprintf("%d inventory member(s) not in the cluster", len(missing)), Hint: "run 'hardway up'"})
 	default:
-		out = append(out, verify.Result{Check: "etcd/members", Status: verify.Pass, Message: fmt.Sprintf("%d members, as in the inventory", len(ms))})
+		out = append(out, verify.Result{Check: CheckEtcdMembers, Status: verify.Pass, Message: fmt.Sprintf("%d members, as in the inventory", len(ms))})
 	}
 	delete(leaders, 0)
 	if len(leaders) == 1 {
-		out = append(out, verify.Result{Check: "etcd/leader", Status: verify.Pass, Message: "one leader"})
+		out = append(out, verify.Result{Check: CheckEtcdLeader, Status: verify.Pass, Message: "one leader"})
 	} else {
-		out = append(out, verify.Result{Check: "etcd/leader", Status: verify.Fail, Message: fmt.Sprintf("%d leaders seen", len(leaders)), Hint: "members disagree or have no quorum: check the network between the hosts (port 2380)"})
+		out = append(out, verify.Result{Check: CheckEtcdLeader, Status: verify.Fail, Message: fmt.Sprintf("%d leaders seen", len(leaders)), Hint: "members disagree or have no quorum: check the network between the hosts (port 2380)"})
 	}
 	if al, err := cli.Alarms(ctx); err != nil || len(al) > 0 {
-		out = append(out, verify.Result{Check: "etcd/alarms", Status: verify.Fail, Message: fmt.Sprintf("%v %v", al, err), Hint: "NOSPACE: free disk, compact and defrag, then 'etcdctl alarm disarm'"})
+		out = append(out, verify.Result{Check: CheckEtcdAlarms, Status: verify.Fail, Message: fmt.Sprintf("%v %v", al, err), Hint: "NOSPACE: free disk, compact and defrag, then 'etcdctl alarm disarm'"})
 	} else {
-		out = append(out, verify.Result{Check: "etcd/alarms", Status: verify.Pass, Message: "none"})
+		out = append(out, verify.Result{Check: CheckEtcdAlarms, Status: verify.Pass, Message: "none"})
 	}
 	return out
 }
@@ -210,13 +226,13 @@ func (c *Cluster) checkAPIServers(ctx context.Context) []verify.Result {
 	for _, h := range c.Inv.ControlPlane {
 		cs, err := c.Kube(h)
 		if err != nil {
-			out = append(out, verify.Result{Check: "apiserver/readyz", Host: h.Name, Status: verify.Fail, Message: err.Error()})
+			out = append(out, verify.Result{Check: CheckAPIServerReadyz, Host: h.Name, Status: verify.Fail, Message: err.Error()})
 			continue
 		}
 		if err := kube.Livez(ctx, cs); err != nil {
-			out = append(out, verify.Result{Check: "apiserver/livez", Host: h.Name, Status: verify.Fail, Message: err.Error(), Hint: "see 'journalctl -u kube-apiserver' on " + h.Name})
+			out = append(out, verify.Result{Check: CheckAPIServerLivez, Host: h.Name, Status: verify.Fail, Message: err.Error(), Hint: "see 'journalctl -u kube-apiserver' on " + h.Name})
 		} else {
-			out = append(out, verify.Result{Check: "apiserver/livez", Host: h.Name, Status: verify.Pass, Message: "ok"})
+			out = append(out, verify.Result{Check: CheckAPIServerLivez, Host: h.Name, Status: verify.Pass, Message: "ok"})
 		}
 		body, err := kube.Readyz(ctx, cs)
 		if err != nil {
@@ -224,9 +240,9 @@ func (c *Cluster) checkAPIServers(ctx context.Context) []verify.Result {
 			if f := kube.FailedReadyChecks(body); len(f) > 0 {
 				msg = "failing: " + strings.Join(f, "; ")
 			}
-			out = append(out, verify.Result{Check: "apiserver/readyz", Host: h.Name, Status: verify.Fail, Message: msg, Hint: "an etcd failure here means the apiserver cannot reach etcd: check 'hardway verify' etcd lines"})
+			out = append(out, verify.Result{Check: CheckAPIServerReadyz, Host: h.Name, Status: verify.Fail, Message: msg, Hint: "an etcd failure here means the apiserver cannot reach etcd: check 'hardway verify' etcd lines"})
 		} else {
-			out = append(out, verify.Result{Check: "apiserver/readyz", Host: h.Name, Status: verify.Pass, Message: "ok"})
+			out = append(out, verify.Result{Check: CheckAPIServerReadyz, Host: h.Name, Status: verify.Pass, Message: "ok"})
 		}
 	}
 	return out

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,25 +20,16 @@ func (c *Cluster) componentHealthy(ctx context.Context, h inventory.Host, comp s
 	return poll.Until(ctx, poll.Options{Attempt: 5 * time.Second}, func(ctx context.Context) error { return c.probe(ctx, h, comp) })
 }
 
-// healthPath is where each component says it is healthy, on the host's loopback.
-var healthPath = map[string]struct {
-	port int
-	path string
-}{
-	units.APIServer:         {units.APIServerPort, "/readyz"},
-	units.ControllerManager: {units.ControllerManagerPort, "/healthz"},
-	units.Scheduler:         {units.SchedulerPort, "/healthz"},
-}
-
 // probe GETs the component's health endpoint once, through the host's SSH
 // connection. The apiserver's certificate is checked against the cluster
 // CA; controller-manager and scheduler serve self-signed certificates they
 // make at start, which no CA vouches for, so only their answer counts.
 func (c *Cluster) probe(ctx context.Context, h inventory.Host, comp string) error {
-	ep, ok := healthPath[comp]
-	if !ok {
-		return fmt.Errorf("no health endpoint for %s", comp)
+	row, ok := units.Lookup(comp)
+	if !ok || row.Health.Scheme != "https" {
+		return fmt.Errorf("no HTTPS health endpoint for %s", comp)
 	}
+	ep := row.Health
 	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if comp == units.APIServer {
 		pool, err := c.caPool("ca")
@@ -53,8 +43,7 @@ func (c *Cluster) probe(ctx context.Context, h inventory.Host, comp string) erro
 	tr := &http.Transport{TLSClientConfig: tlsCfg,
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return c.dialFrom(ctx, h.Name, addr) }}
 	defer tr.CloseIdleConnections()
-	url := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ep.port)) + ep.path
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ep.URL("127.0.0.1"), nil)
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		return err
@@ -62,7 +51,7 @@ func (c *Cluster) probe(ctx context.Context, h inventory.Host, comp string) erro
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %s", ep.path, resp.Status, strings.TrimSpace(string(body)))
+		return fmt.Errorf("%s %s: %s", ep.Path, resp.Status, strings.TrimSpace(string(body)))
 	}
 	return nil
 }

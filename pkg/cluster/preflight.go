@@ -15,6 +15,7 @@ import (
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/plan"
 	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/units"
 	"github.com/hardway/hardway/pkg/usererr"
 )
 
@@ -35,10 +36,19 @@ const (
 
 // ports the control plane listens on, and the process allowed to hold each
 // (as ss shows it: the kernel's comm, cut at 15 characters).
-var ports = map[int]struct{ comm, service string }{
-	2379: {"etcd", "etcd"}, 2380: {"etcd", "etcd"}, 6443: {"kube-apiserver", "kube-apiserver"},
-	10257: {"kube-controller", "kube-controller-manager"}, 10259: {"kube-scheduler", "kube-scheduler"},
-}
+// They come from the component table, the one place a port is written.
+var ports = func() map[int]struct{ comm, service string } {
+	m := map[int]struct{ comm, service string }{}
+	for _, c := range units.Components() {
+		if c.Role != units.ControlPlane {
+			continue
+		}
+		for _, p := range c.Ports {
+			m[p.Number] = struct{ comm, service string }{c.Process, c.Name}
+		}
+	}
+	return m
+}()
 
 // HostFacts is what preflight learned about a host.
 type HostFacts struct {

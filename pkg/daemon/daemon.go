@@ -23,6 +23,7 @@ import (
 	sd "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/hardway/hardway/pkg/cluster"
 	"github.com/hardway/hardway/pkg/usererr"
 	"github.com/hardway/hardway/pkg/verify"
 )
@@ -323,7 +324,7 @@ func (d *Daemon) notify(state string) {
 }
 
 // repairChecks are the failures a push and a restart can fix.
-var repairChecks = map[string]bool{"host/files": true, "host/binaries": true, "host/units": true}
+var repairChecks = map[string]bool{cluster.CheckHostFiles: true, cluster.CheckHostBinaries: true, cluster.CheckHostUnits: true}
 
 // RepairHosts are the hosts with a failure that `up` fixes, in check order.
 func RepairHosts(es []Entry) []string {
