@@ -15,6 +15,7 @@ import (
 
 func (a *App) newPKICmd() *cobra.Command {
 	var replaceCA []string
+	var newSA, newEnc bool
 	var output string
 	cmd := &cobra.Command{
 		Use:   "pki",
@@ -32,12 +33,19 @@ SANs no longer match the inventory, when it is broken, or when it is inside its
 renewal window: the last third of its lifetime, at least the last 30 days (but
 never more than half of it). Each line says created, reused or reissued, and why.
 
-A CA is never replaced by itself: a missing CA key next to certificates it
-signed is an error. --replace-ca makes a new one on purpose (then every
-certificate it signed is reissued and must reach every host).
+The cluster's identity is never made anew by itself: when the state directory
+already holds anything, a missing CA, service-account key or encryption config
+is an error, not a new one. It was lost, and the hosts still have it:
+'hardway state pull --from HOST' brings it back. To start anew on purpose:
+--replace-ca makes a new CA (every certificate it signed is reissued and must
+reach every host), --new-service-account-key a new key pair (every token the
+cluster issued becomes invalid), --new-encryption-key a new encryption config
+(every Secret stored in etcd becomes unreadable).
 
 The state directory holds the CA keys and the encryption key: back it up, keep
-it private (hardway writes it 0700, keys 0600), never commit it.`,
+it private (hardway writes it 0700, keys 0600), never commit it. pki, up,
+state pull and the daemon's repairs lock it (<state>/lock): a second one waits
+up to 10s, then names the PID and command holding it.`,
 		Example: `  hardway pki -i inventory.yaml
   hardway pki -i inventory.yaml --state /secure/cluster-state -o json
   hardway pki -i inventory.yaml --replace-ca=front-proxy-ca`,
@@ -51,7 +59,13 @@ it private (hardway writes it 0700, keys 0600), never commit it.`,
 				return err
 			}
 			dir := a.stateDir(inv)
-			rs, err := pki.Generate(cmd.Context(), inv, dir, pki.Options{ReplaceCA: replaceCA})
+			lock, err := a.lockState(cmd.Context(), cmd, dir)
+			if err != nil {
+				return err
+			}
+			defer lock.Unlock()
+			rs, err := pki.Generate(cmd.Context(), inv, dir, pki.Options{ReplaceCA: replaceCA,
+				NewServiceAccountKey: newSA, NewEncryptionKey: newEnc})
 			if err != nil {
 				return err
 			}
@@ -82,6 +96,10 @@ it private (hardway writes it 0700, keys 0600), never commit it.`,
 	cmd.Flags().StringSliceVar(&replaceCA, "replace-ca", nil,
 		"make a new CA on purpose: ca, front-proxy-ca, or all (the default without a value)")
 	cmd.Flags().Lookup("replace-ca").NoOptDefVal = "all"
+	cmd.Flags().BoolVar(&newSA, "new-service-account-key", false,
+		"make a missing service-account key pair although other state exists (invalidates every token)")
+	cmd.Flags().BoolVar(&newEnc, "new-encryption-key", false,
+		"make a missing encryption config although other state exists (stored Secrets become unreadable)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
 }

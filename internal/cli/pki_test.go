@@ -72,12 +72,25 @@ func TestPKICommand(t *testing.T) {
 	// Without the CA key, pki refuses and says how to get out.
 	os.Remove(st + "/pki/ca.key")
 	code, _, stderr = run(t, "pki", "-i", inv, "--state", st)
-	if code != 1 || !strings.Contains(stderr, "error: ") || !strings.Contains(stderr, "hint:  restore it from your backup") {
+	if code != 1 || !strings.Contains(stderr, "error: ") || !strings.Contains(stderr, "hint:  the hosts still hold it: 'hardway state pull --from controller-0'") {
 		t.Errorf("exit %d: %s", code, stderr)
 	}
 	code, out, stderr = run(t, "pki", "-i", inv, "--state", st, "--replace-ca")
 	if code != 0 || !strings.Contains(out, "replaced: --replace-ca") || !strings.Contains(out, "reissued: not signed by the current ca") {
 		t.Errorf("--replace-ca: exit %d\n%s%s", code, out, stderr)
+	}
+
+	// Without the encryption config, the same: and the flag makes one on purpose.
+	os.Remove(st + "/encryption-config.yaml")
+	code, _, stderr = run(t, "pki", "-i", inv, "--state", st)
+	if code != 1 || !strings.Contains(stderr, "refusing to make a new encryption key") || !strings.Contains(stderr, "--new-encryption-key") {
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+	if _, err := os.Stat(st + "/encryption-config.yaml"); err == nil {
+		t.Error("a new encryption config was made")
+	}
+	if code, out, stderr := run(t, "pki", "-i", inv, "--state", st, "--new-encryption-key"); code != 0 || !strings.Contains(out, "1 created") {
+		t.Errorf("--new-encryption-key: exit %d\n%s%s", code, out, stderr)
 	}
 
 	for _, args := range [][]string{

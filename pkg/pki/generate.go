@@ -62,6 +62,11 @@ type Options struct {
 	// "all"); every leaf they signed is then reissued. Nothing else ever
 	// replaces a CA.
 	ReplaceCA []string
+	// NewServiceAccountKey and NewEncryptionKey allow making a missing
+	// service-account key pair or encryption config although other state
+	// exists beside it (see identityGuard): both break a running cluster.
+	NewServiceAccountKey bool
+	NewEncryptionKey     bool
 	// Now is the clock; nil means time.Now. Tests move it to reach a
 	// renewal window.
 	Now func() time.Time
@@ -82,6 +87,10 @@ func Generate(ctx context.Context, inv *inventory.Inventory, dir state.Dir, opts
 	}
 	replace, err := replaceSet(opts.ReplaceCA)
 	if err != nil {
+		return nil, err
+	}
+	// Before anything is written: a lost identity is never made anew here.
+	if err := identityGuard(inv, dir, opts, replace); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{string(dir), dir.PKIDir(), dir.KubeconfigDir()} {
@@ -127,7 +136,7 @@ func Generate(ctx context.Context, inv *inventory.Inventory, dir state.Dir, opts
 	}
 	results = append(results, leafResults...)
 
-	sa, err := ensureServiceAccount(inv, dir)
+	sa, err := ensureServiceAccount(inv, dir, opts.NewServiceAccountKey)
 	if err != nil {
 		return nil, err
 	}
@@ -177,8 +186,8 @@ func privateDir(d string) error {
 	return nil
 }
 
-func replaceHint(ca string) string {
-	return fmt.Sprintf("restore it from your backup of the state directory; to start a new %s on purpose\n"+
+func replaceHint(inv *inventory.Inventory, ca string) string {
+	return PullHint(inv) + fmt.Sprintf("; to start a new %s on purpose\n"+
 		"(every certificate it signed is reissued and must be pushed to every host), run:\n"+
 		"hardway pki --replace-ca=%s", ca, ca)
 }
@@ -198,7 +207,7 @@ func ensureCA(e Entry, entries []Entry, inv *inventory.Inventory, dir state.Dir,
 	case replace || (certPEM == nil && keyPEM == nil):
 		if !replace {
 			if signed := signedLeavesOnDisk(e.Name, entries, dir); len(signed) > 0 {
-				return res, nil, usererr.Errorf(replaceHint(e.Name),
+				return res, nil, usererr.Errorf(replaceHint(inv, e.Name),
 					"%s: %s.crt and %s.key are missing but certificates it signed are there (%s)",
 					dir.PKIDir(), e.Name, e.Name, strings.Join(signed, ", "))
 			}
@@ -216,16 +225,16 @@ func ensureCA(e Entry, entries []Entry, inv *inventory.Inventory, dir state.Dir,
 			res.Status, res.Reason = Replaced, "--replace-ca"
 		}
 	case keyPEM == nil:
-		return res, nil, usererr.Errorf(replaceHint(e.Name), "%s is missing next to %s", keyPath, certPath)
+		return res, nil, usererr.Errorf(replaceHint(inv, e.Name), "%s is missing next to %s", keyPath, certPath)
 	case certPEM == nil:
-		return res, nil, usererr.Errorf(replaceHint(e.Name), "%s is missing next to %s", certPath, keyPath)
+		return res, nil, usererr.Errorf(replaceHint(inv, e.Name), "%s is missing next to %s", certPath, keyPath)
 	default:
 		res.Status = Reused
 	}
 
 	cert, key, err := checkCAFiles(e.Name, certPEM, keyPEM)
 	if err != nil {
-		return res, nil, usererr.New(fmt.Errorf("%s: %w", certPath, err), replaceHint(e.Name))
+		return res, nil, usererr.New(fmt.Errorf("%s: %w", certPath, err), replaceHint(inv, e.Name))
 	}
 	if !now.Before(cert.NotAfter) {
 		return res, nil, usererr.Errorf(

@@ -28,7 +28,7 @@ func PublicKeyPath(dir state.Dir, name string) string {
 // would invalidate every service-account token in the cluster. The public
 // half is derived from the private key, so it is rewritten (identically)
 // only when missing or wrong.
-func ensureServiceAccount(inv *inventory.Inventory, dir state.Dir) (Result, error) {
+func ensureServiceAccount(inv *inventory.Inventory, dir state.Dir, allowNew bool) (Result, error) {
 	keyPath, pubPath := dir.Key(ServiceAccount), PublicKeyPath(dir, ServiceAccount)
 	res := Result{Name: ServiceAccount, Kind: KindKeyPair, Path: keyPath, Status: Reused}
 	keyPEM, err := readOptional(keyPath)
@@ -40,9 +40,9 @@ func ensureServiceAccount(inv *inventory.Inventory, dir state.Dir) (Result, erro
 		return res, err
 	}
 	if keyPEM == nil {
-		if pubPEM != nil {
+		if pubPEM != nil && !allowNew {
 			return res, usererr.Errorf(
-				"restore it from your backup of the state directory; deleting "+pubPath+" makes a new pair,\n"+
+				PullHint(inv)+";\n'hardway pki --new-service-account-key' makes a new pair on purpose,\n"+
 					"which invalidates every service-account token the cluster has issued",
 				"%s is missing next to %s", keyPath, pubPath)
 		}
