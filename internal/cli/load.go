@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+
+	"github.com/spf13/cobra"
 
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/state"
@@ -26,4 +29,11 @@ func (a *App) stateDir(inv *inventory.Inventory) state.Dir {
 		return state.Dir(a.StateDir)
 	}
 	return state.Dir(inv.DefaultStateDir())
+}
+
+// lockState takes the state directory's lock for a command that writes it
+// or pushes from it, so that two hardway processes never mix generations
+// of keys. The caller unlocks.
+func (a *App) lockState(ctx context.Context, cmd *cobra.Command, dir state.Dir) (*state.Lock, error) {
+	return dir.Lock(ctx, fmt.Sprintf("%s -i %s", cmd.CommandPath(), a.InventoryPath), state.DefaultLockWait)
 }

@@ -106,6 +106,13 @@ func (t *ClusterTarget) Close() { t.c.Close() }
 // Repair runs the repair steps of `hardway up` with every action limited to
 // host (and the cluster-wide waits that follow them).
 func (t *ClusterTarget) Repair(ctx context.Context, host string, out io.Writer) (int, error) {
+	// A repair pushes from the state directory: never while pki or up
+	// writes it. Waiting briefly is enough; the next run tries again.
+	lock, err := t.state.Lock(ctx, "hardway daemon --repair (repairing "+host+")", 5*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer lock.Unlock()
 	t.out.set(out)
 	defer t.out.set(nil)
 	r := &plan.Runner{Out: out, Only: RepairSteps}
