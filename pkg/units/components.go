@@ -177,6 +177,9 @@ func Components() []Component {
 				{Path: EncryptionConfig, Kind: SourceEncryptionConfig},
 				// For people on the host (kubectl); the apiserver never reads it.
 				{Path: AdminKubeconfig, Kind: SourceKubeconfig, Name: "admin", NoRestart: true},
+				// Read by no component: kept on every control-plane host, as
+				// kubeadm does, so that 'hardway state pull' finds it there.
+				{Path: FrontProxyCAKey, Kind: SourceKey, Name: "front-proxy-ca", NoRestart: true},
 			},
 			Configs: []Config{{Path: AuditPolicy, render: renderAuditPolicy}},
 			Dirs:    []Dir{{KubeDir, ModePriv, Owner}, {AuditLogDir, ModePriv, Owner}},

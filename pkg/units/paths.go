@@ -54,6 +54,11 @@ const (
 	Owner = "root:root" // hard-way hosts run every component as root
 )
 
+// FrontProxyCAKey is read by no component: it is on every control-plane
+// host, as kubeadm keeps it, so that 'hardway state pull' can rebuild a lost
+// state directory from one.
+const FrontProxyCAKey = KubeDir + "/front-proxy-ca.key"
+
 // File modes. Keys, kubeconfigs (they embed a client key) and the
 // encryption config (it holds the data key) are secrets.
 const (
