@@ -89,8 +89,11 @@ warnings alone exit 0. 'hardway pki' fixes everything but a CA problem.`,
 				}
 			}
 			if failed > 0 {
-				return usererr.Errorf(
-					fmt.Sprintf("run 'hardway pki -i %s' to create or reissue them; a CA problem needs your backup or --replace-ca", a.InventoryPath),
+				hint := fmt.Sprintf("run 'hardway pki -i %s' to create or reissue them; a CA problem needs your backup or --replace-ca", a.InventoryPath)
+				if h := pki.CheckHint(inv, dir, pki.CheckResult{}); strings.Contains(h, "state pull") {
+					hint = h
+				}
+				return usererr.Errorf(hint,
 					"%s: %d of %d entries failed the check", dir, failed, len(rs))
 			}
 			if output == "text" {

@@ -28,6 +28,7 @@ type upOptions struct {
 	cacheDir           string
 	offline            bool
 	updateLock         bool
+	replaceIdentity    bool
 }
 
 func (a *App) newUpCmd() *cobra.Command {
@@ -39,6 +40,8 @@ func (a *App) newUpCmd() *cobra.Command {
 
   preflight      SSH with verified host keys; Linux, systemd, arch, clock skew,
                  ports, free disk and the etcd disk's fsync latency
+  identity       the hosts' CAs, service-account key and encryption key match
+                 the state directory (reads only; see below)
   pki            CA, certificates, service-account key, encryption config, kubeconfigs
   fetch          release binaries, verified against checksums and hardway.lock
   render         systemd units and configs for the inventory's versions
@@ -62,7 +65,16 @@ services whose files changed are restarted. A run that fails midway leaves
 markers on the hosts, and the next run finishes the restarts.
 
 With --dry-run every step prints what it would do (files that would change,
-with a short diff) and nothing is changed.`,
+with a short diff) and nothing is changed.
+
+Before anything is written, the identity step compares each host's CA
+certificates, service-account public key and encryption key with the state
+directory. If the hosts have them and the state directory does not (it was
+lost, or this is a fresh clone), or they differ, up stops and names each file:
+'hardway state pull --from HOST' rebuilds the state directory from the hosts.
+--replace-identity replaces the hosts' identity with the state directory's on
+purpose: every certificate, service-account token and stored Secret made with
+the old one stops working. --only and --skip never bypass the check.`,
 		Example: `  hardway up -i inventory.yaml
   hardway up -i inventory.yaml --dry-run
   hardway up -i inventory.yaml --only push,control-plane`,
@@ -72,7 +84,13 @@ with a short diff) and nothing is changed.`,
 			if err != nil {
 				return err
 			}
-			return a.runUp(cmd.Context(), inv, a.stateDir(inv), o)
+			st := a.stateDir(inv)
+			lock, err := a.lockState(cmd.Context(), cmd, st)
+			if err != nil {
+				return err
+			}
+			defer lock.Unlock()
+			return a.runUp(cmd.Context(), inv, st, o)
 		},
 	}
 	f := cmd.Flags()
@@ -85,6 +103,7 @@ with a short diff) and nothing is changed.`,
 	f.StringVar(&o.cacheDir, "cache-dir", "", "download cache (default $XDG_CACHE_HOME/hardway)")
 	f.BoolVar(&o.offline, "offline", false, "use the download cache only")
 	f.BoolVar(&o.updateLock, "update-lock", false, "re-resolve versions and rewrite hardway.lock")
+	f.BoolVar(&o.replaceIdentity, "replace-identity", false, "replace the hosts' CAs, service-account key and encryption key with the state directory's (breaks existing certificates, tokens and stored Secrets)")
 	return cmd
 }
 
@@ -112,6 +131,7 @@ func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir,
 	c := cluster.New(inv, cluster.Options{
 		State: st, Out: out, AcceptNewHostKeys: o.acceptNewHostKeys, Release: ro,
 		Progress: release.NewProgress(a.Stderr, isTerm), RemoveStaleMembers: o.removeStaleMembers,
+		ReplaceIdentity: o.replaceIdentity,
 	})
 	defer c.Close()
 	start := time.Now()

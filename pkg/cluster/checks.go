@@ -67,7 +67,7 @@ func (c *Cluster) checkPKI(ctx context.Context) []verify.Result {
 		n++
 		switch r.State {
 		case pki.CheckFailed:
-			out = append(out, verify.Failf("", "run 'hardway pki' (or 'hardway up') to create or reissue it", "%s: %s", r.Name, strings.Join(r.Problems, "; ")))
+			out = append(out, verify.Failf("", pki.CheckHint(c.Inv, c.opt.State, r), "%s: %s", r.Name, strings.Join(r.Problems, "; ")))
 		case pki.CheckWarning:
 			out = append(out, verify.Warnf("", "'hardway up' reissues leaves in their renewal window; 'hardway certs check' has details", "%s: %s", r.Name, strings.Join(r.Problems, "; ")))
 		}

@@ -37,6 +37,9 @@ type Options struct {
 	// RemoveStaleMembers lets up remove etcd members that are not in the
 	// inventory (a rebuilt host) instead of stopping with the command to run.
 	RemoveStaleMembers bool
+	// ReplaceIdentity lets up replace the hosts' CAs, service-account key
+	// and encryption key with the state directory's (see identity.go).
+	ReplaceIdentity bool
 	// ServiceTimeout bounds the wait for one service to become healthy.
 	ServiceTimeout time.Duration
 	// Connect opens the connection to one host; nil: SSH (remote.Dial).

@@ -34,8 +34,9 @@ const (
 
 // Steps are the steps of `hardway up`, in order.
 func (c *Cluster) Steps() []plan.Step {
-	return []plan.Step{
+	return c.guarded([]plan.Step{
 		{Name: StepPreflight, Doc: "SSH with verified host keys; Linux, systemd, arch, clock skew, ports, free disk and the etcd disk's fsync latency", Plan: c.planPreflight},
+		{Name: StepIdentity, Doc: "the hosts' CAs, service-account key and encryption key match the state directory (reads only)", Plan: c.planIdentity},
 		{Name: StepPKI, Doc: "CA, certificates, service-account key, encryption config, kubeconfigs (reused when valid)", Plan: c.planPKI},
 		{Name: StepFetch, Doc: "release binaries, verified against published checksums and hardway.lock", Plan: c.planFetch},
 		{Name: StepRender, Doc: "systemd units and configs for the inventory's versions", Plan: c.planRender},
@@ -44,12 +45,15 @@ func (c *Cluster) Steps() []plan.Step {
 		{Name: StepControlPlane, Doc: "kube-apiserver, kube-controller-manager, kube-scheduler, host by host, waiting for /readyz or /healthz before the next", Plan: c.planControlPlane},
 		{Name: StepRBAC, Doc: "the RBAC that lets the apiserver reach kubelets (server-side apply)", Plan: c.planRBAC},
 		c.WorkersStep(),
-	}
+	})
 }
 
 // --- pki ---------------------------------------------------------------
 
 func (c *Cluster) planPKI(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
+	if err := pki.GuardIdentity(c.Inv, c.opt.State, c.pkiOptions()); err != nil {
+		return nil, err
+	}
 	var todo []string
 	for _, r := range pki.Check(c.Inv, c.opt.State, time.Now()) {
 		// Errors (missing, broken, not covering) and a leaf's warnings
@@ -69,7 +73,7 @@ func (c *Cluster) planPKI(ctx context.Context, _ plan.Planned) ([]plan.Action, e
 	desc := fmt.Sprintf("generate %d file(s) in %s", len(todo), c.opt.State)
 	diff := strings.Join(todo, "\n")
 	return []plan.Action{{Kind: plan.Reissue, Desc: desc, Diff: diff, Do: func(ctx context.Context) error {
-		rs, err := pki.Generate(ctx, c.Inv, c.opt.State, pki.Options{})
+		rs, err := pki.Generate(ctx, c.Inv, c.opt.State, c.pkiOptions())
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,264 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/hardway/hardway/pkg/pki"
+	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/state"
+	"github.com/hardway/hardway/pkg/units"
+	"github.com/hardway/hardway/pkg/usererr"
+)
+
+// The cluster's identity: the two CAs, the service-account key pair and the
+// encryption config. Certificates, tokens and every Secret stored in etcd
+// depend on them, so `up` never replaces them on a host without being told
+// (--replace-identity). A state directory that lost them, or belongs to
+// another cluster, is found here, before any step writes anything.
+
+// StepIdentity is the name of the guard step.
+const StepIdentity = "identity"
+
+// IsIdentity reports whether a file copied from the state directory is part
+// of the cluster's identity.
+func IsIdentity(s *units.Source) bool {
+	if s == nil {
+		return false
+	}
+	switch s.Kind {
+	case units.SourceCert, units.SourceKey:
+		return s.Name == pki.CA || s.Name == pki.FrontProxyCA || (s.Kind == units.SourceKey && s.Name == pki.ServiceAccount)
+	case units.SourcePublicKey:
+		return s.Name == pki.ServiceAccount
+	case units.SourceEncryptionConfig:
+		return true
+	}
+	return false
+}
+
+// IdentityMismatch is one identity file on one host that the local state
+// directory does not match.
+type IdentityMismatch struct {
+	Host  string `json:"host"`
+	Path  string `json:"path"`  // on the host
+	Local string `json:"local"` // in the state directory
+	// Missing: the state directory has no such file (lost, or new).
+	Missing bool   `json:"missing,omitempty"`
+	Why     string `json:"why"`
+}
+
+// HostDialer returns the connection to an inventory host.
+type HostDialer func(ctx context.Context, host string) (remote.Host, error)
+
+// CompareIdentity reads the public half of every identity file on every
+// host of ms (certificates, the service-account public key, the encryption
+// config: private keys never travel for this) and compares it with the
+// state directory. A host without the file is a new host and fine. A host
+// that cannot be reached is listed in unreachable and not compared. It only
+// reads.
+func CompareIdentity(ctx context.Context, ms []*units.Manifest, st state.Dir, dial HostDialer) (mm []IdentityMismatch, unreachable []string, err error) {
+	perHost := make([][]IdentityMismatch, len(ms))
+	down := make([]string, len(ms))
+	err = remote.ForEach(ctx, ms, 8, func(ctx context.Context, m *units.Manifest) error {
+		i := slices.Index(ms, m)
+		var files []units.File
+		var paths []string
+		for _, f := range m.Files {
+			if IsIdentity(f.Source) && f.Source.Kind != units.SourceKey {
+				files = append(files, f)
+				paths = append(paths, f.Path)
+			}
+		}
+		if len(files) == 0 {
+			return nil
+		}
+		h, err := dial(ctx, m.Host)
+		if err != nil {
+			down[i] = fmt.Sprintf("%s (%v)", m.Host, err)
+			return nil
+		}
+		got, err := remote.ReadFiles(ctx, h, paths)
+		if err != nil {
+			return err
+		}
+		for j, f := range files {
+			if !got[j].Exists {
+				continue // a new host: nothing to lose there
+			}
+			local := f.Source.LocalPath(st)
+			rel, _ := filepath.Rel(string(st), local)
+			mis := IdentityMismatch{Host: m.Host, Path: f.Path, Local: rel}
+			want, err := os.ReadFile(local)
+			if errors.Is(err, os.ErrNotExist) {
+				mis.Missing, mis.Why = true, "the host has it, the state directory does not"
+				perHost[i] = append(perHost[i], mis)
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("read %s: %w", local, err)
+			}
+			switch f.Source.Kind {
+			case units.SourceCert:
+				if !pki.SameCertificate(want, got[j].Data) {
+					mis.Why = "another certificate than " + rel
+				}
+			case units.SourcePublicKey:
+				if !pki.SamePublicKey(want, got[j].Data) {
+					mis.Why = "another key than " + rel
+				}
+			case units.SourceEncryptionConfig:
+				if ok, why := pki.EncryptionCompatible(want, got[j].Data); !ok {
+					mis.Why = why
+				}
+			}
+			if mis.Why != "" {
+				perHost[i] = append(perHost[i], mis)
+			}
+		}
+		return nil
+	})
+	for i := range ms {
+		mm = append(mm, perHost[i]...)
+		if down[i] != "" {
+			unreachable = append(unreachable, down[i])
+		}
+	}
+	return mm, unreachable, err
+}
+
+// IdentityError explains mismatches and what to do next; from is the host
+// to pull the state from.
+func IdentityError(mm []IdentityMismatch, from string) error {
+	allMissing := true
+	var lines []string
+	for _, m := range mm {
+		allMissing = allMissing && m.Missing
+		lines = append(lines, fmt.Sprintf("  %s: %s: %s", m.Host, m.Path, m.Why))
+	}
+	replace := "To replace the hosts' identity with this state directory's on purpose (every certificate,\n" +
+		"service-account token and stored Secret made with the old one stops working): hardway up --replace-identity"
+	if allMissing {
+		return usererr.New(fmt.Errorf("the hosts hold the cluster's identity (CA, service-account key, encryption key) "+
+			"but the state directory does not; nothing was written:\n%s", strings.Join(lines, "\n")),
+			fmt.Sprintf("the state directory was lost (or this is a fresh clone): 'hardway state pull --from %s'\n"+
+				"rebuilds it from the hosts, then run 'hardway up' again.\n%s", from, replace))
+	}
+	return usererr.New(fmt.Errorf("the hosts' cluster identity differs from the state directory's; nothing was written:\n%s",
+		strings.Join(lines, "\n")),
+		fmt.Sprintf("check that -i and --state name the right cluster. If the hosts are right, move the state\n"+
+			"directory away and run 'hardway state pull --from %s'.\n%s", from, replace))
+}
+
+// pullFrom picks the host a hint names for state pull: the first
+// control-plane host with a mismatch, else the first control-plane host.
+func (c *Cluster) pullFrom(mm []IdentityMismatch) string {
+	for _, h := range c.Inv.ControlPlane {
+		for _, m := range mm {
+			if m.Host == h.Name {
+				return h.Name
+			}
+		}
+	}
+	return c.Inv.ControlPlane[0].Name
+}
+
+func (c *Cluster) dialHost(ctx context.Context, name string) (remote.Host, error) {
+	h, err := c.Host(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// planIdentity compares the hosts' identity with the state directory's.
+// A mismatch stops the run before any step writes, unless ReplaceIdentity
+// says to go on: then it is listed as one action per host (the push step
+// does the writing).
+func (c *Cluster) planIdentity(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
+	if err := c.ensureRendered(ctx); err != nil {
+		return nil, err
+	}
+	var ms []*units.Manifest
+	for _, h := range c.Inv.Hosts() {
+		if m := c.manifests[h.Name]; m != nil {
+			ms = append(ms, m)
+		}
+	}
+	mm, unreachable, err := CompareIdentity(ctx, ms, c.opt.State, c.dialHost)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range unreachable {
+		c.logf("[%s] not compared, unreachable: %s", StepIdentity, u)
+	}
+	if len(mm) == 0 {
+		return nil, nil
+	}
+	if !c.opt.ReplaceIdentity {
+		return nil, IdentityError(mm, c.pullFrom(mm))
+	}
+	var actions []plan.Action
+	var hosts []string
+	files := map[string][]string{}
+	for _, m := range mm {
+		if files[m.Host] == nil {
+			hosts = append(hosts, m.Host)
+		}
+		files[m.Host] = append(files[m.Host], m.Path)
+	}
+	for _, h := range hosts {
+		actions = append(actions, plan.Action{Host: h, Kind: plan.Write,
+			Desc: "replace the cluster identity (--replace-identity): " + strings.Join(files[h], ", "),
+			// The push step writes the files; this action is the record.
+			Do: func(context.Context) error { return nil }})
+	}
+	return actions, nil
+}
+
+// guarded makes every step after the identity step check the identity first
+// (once per list of steps), so that --only or --skip can never reach a
+// write around it. The daemon's repair, which runs a subset of the steps,
+// is guarded the same way.
+func (c *Cluster) guarded(steps []plan.Step) []plan.Step { return guardSteps(steps, c.planIdentity) }
+
+func guardSteps(steps []plan.Step, identity func(context.Context, plan.Planned) ([]plan.Action, error)) []plan.Step {
+	var once sync.Once
+	var actions []plan.Action
+	var err error
+	check := func(ctx context.Context, earlier plan.Planned) ([]plan.Action, error) {
+		once.Do(func() { actions, err = identity(ctx, earlier) })
+		return actions, err
+	}
+	out := make([]plan.Step, 0, len(steps))
+	after := false
+	for _, s := range steps {
+		if s.Name == StepIdentity {
+			s.Plan = check
+			after = true
+		} else if after {
+			p := s.Plan
+			s.Plan = func(ctx context.Context, earlier plan.Planned) ([]plan.Action, error) {
+				if _, err := check(ctx, earlier); err != nil {
+					return nil, fmt.Errorf("[%s] %w", StepIdentity, err)
+				}
+				return p(ctx, earlier)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// pkiOptions are the pki step's: a new service-account key or encryption
+// key next to existing state only with --replace-identity.
+func (c *Cluster) pkiOptions() pki.Options {
+	return pki.Options{NewServiceAccountKey: c.opt.ReplaceIdentity, NewEncryptionKey: c.opt.ReplaceIdentity}
+}

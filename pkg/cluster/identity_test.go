@@ -1,0 +1,288 @@
+package cluster
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/pki"
+	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/remote/remotetest"
+	"github.com/hardway/hardway/pkg/state"
+	"github.com/hardway/hardway/pkg/units"
+	"github.com/hardway/hardway/pkg/usererr"
+)
+
+const identityInventory = `cluster: lab
+controlPlane:
+  - {name: controller-1, address: 10.240.0.11}
+  - {name: controller-2, address: 10.240.0.12}
+  - {name: controller-3, address: 10.240.0.13}
+`
+
+// identitySetup loads a three-host inventory, renders its manifests and
+// fills a state directory.
+func identitySetup(t *testing.T) (*inventory.Inventory, []*units.Manifest, state.Dir) {
+	t.Helper()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "inventory.yaml")
+	if err := os.WriteFile(p, []byte(identityInventory), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := inventory.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := state.Dir(filepath.Join(dir, "state"))
+	if _, err := pki.Generate(t.Context(), inv, st, pki.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := units.Render(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms []*units.Manifest
+	for i := range rendered {
+		ms = append(ms, &rendered[i])
+	}
+	return inv, ms, st
+}
+
+// hostFiles is what a fake host holds: the state files of from copied to
+// where the manifest puts them (from "" : nothing).
+func hostFiles(t *testing.T, m *units.Manifest, from state.Dir) map[string][]byte {
+	files := map[string][]byte{}
+	if from == "" {
+		return files
+	}
+	for _, f := range m.Files {
+		if f.Source != nil && f.Source.Kind != units.SourceBinary {
+			b, err := os.ReadFile(f.Source.LocalPath(from))
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[f.Path] = b
+		}
+	}
+	return files
+}
+
+// readAnswer is the output of remote.ReadFiles's script for the identity
+// files of m (its public halves, in manifest order) on a host holding files.
+func readAnswer(m *units.Manifest, files map[string][]byte) string {
+	var b strings.Builder
+	for _, f := range m.Files {
+		if !IsIdentity(f.Source) || f.Source.Kind == units.SourceKey {
+			continue
+		}
+		if d, ok := files[f.Path]; ok {
+			fmt.Fprintf(&b, "F %s\n", base64.StdEncoding.EncodeToString(d))
+		} else {
+			b.WriteString("M\n")
+		}
+	}
+	return b.String()
+}
+
+// fakes are recording hosts that answer the one read command and fail the
+// test on anything else: the comparison only reads.
+func fakes(t *testing.T, ms []*units.Manifest, held func(host string) map[string][]byte) HostDialer {
+	hosts := map[string]*remotetest.Fake{}
+	for _, m := range ms {
+		f := remotetest.New(t, m.Host)
+		f.ExpectMatch(`^# read \d+ files\n`).Returns(readAnswer(m, held(m.Host)))
+		hosts[m.Host] = f
+	}
+	return func(_ context.Context, name string) (remote.Host, error) {
+		if h, ok := hosts[name]; ok {
+			return h, nil
+		}
+		return nil, fmt.Errorf("dial %s: no route to host", name)
+	}
+}
+
+func TestCompareIdentity(t *testing.T) {
+	inv, ms, st := identitySetup(t)
+
+	// Another cluster's state directory: what a fresh `pki` would make.
+	other := state.Dir(filepath.Join(t.TempDir(), "other"))
+	if _, err := pki.Generate(t.Context(), inv, other, pki.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	empty := state.Dir(filepath.Join(t.TempDir(), "empty"))
+
+	byHost := func(m map[string]state.Dir) func(string) map[string][]byte {
+		return func(h string) map[string][]byte {
+			for _, x := range ms {
+				if x.Host == h {
+					return hostFiles(t, x, m[h])
+				}
+			}
+			return nil
+		}
+	}
+	all := func(d state.Dir) map[string]state.Dir {
+		return map[string]state.Dir{"controller-1": d, "controller-2": d, "controller-3": d}
+	}
+
+	t.Run("converged", func(t *testing.T) {
+		mm, down, err := CompareIdentity(t.Context(), ms, st, fakes(t, ms, byHost(all(st))))
+		if err != nil || len(mm) != 0 || len(down) != 0 {
+			t.Fatalf("%v %+v %v", err, mm, down)
+		}
+	})
+	t.Run("fresh hosts", func(t *testing.T) {
+		mm, _, err := CompareIdentity(t.Context(), ms, empty, fakes(t, ms, byHost(all(""))))
+		if err != nil || len(mm) != 0 {
+			t.Fatalf("%v %+v", err, mm)
+		}
+	})
+	t.Run("state directory lost", func(t *testing.T) {
+		mm, _, err := CompareIdentity(t.Context(), ms, empty, fakes(t, ms, byHost(all(st))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// ca.crt twice (kubernetes and etcd), front-proxy-ca.crt,
+		// service-account.pub, encryption-config.yaml: on each host.
+		if len(mm) != 15 {
+			t.Fatalf("%d mismatches: %+v", len(mm), mm)
+		}
+		for _, m := range mm {
+			if !m.Missing {
+				t.Errorf("%+v not missing", m)
+			}
+		}
+		err = IdentityError(mm, "controller-1")
+		hint := usererr.HintOf(err)
+		for _, want := range []string{"hardway state pull --from controller-1", "--replace-identity"} {
+			if !strings.Contains(hint, want) {
+				t.Errorf("hint lacks %q:\n%s", want, hint)
+			}
+		}
+		for _, want := range []string{"nothing was written", "controller-3: /var/lib/kubernetes/encryption-config.yaml: the host has it",
+			"controller-2: /etc/etcd/ca.crt"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error lacks %q:\n%v", want, err)
+			}
+		}
+	})
+	t.Run("another identity on one host", func(t *testing.T) {
+		mm, _, err := CompareIdentity(t.Context(), ms, st, fakes(t, ms, byHost(map[string]state.Dir{
+			"controller-1": st, "controller-2": other, "controller-3": st})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{
+			units.CACert:            "another certificate than pki/ca.crt",
+			units.EtcdCACert:        "another certificate than pki/ca.crt",
+			units.FrontProxyCACert:  "another certificate than pki/front-proxy-ca.crt",
+			units.ServiceAccountPub: "another key than pki/service-account.pub",
+			units.EncryptionConfig:  "the key the host encrypts Secrets with (secretbox \"key1\") is not in the local config",
+		}
+		if len(mm) != len(want) {
+			t.Fatalf("%+v", mm)
+		}
+		for _, m := range mm {
+			if m.Host != "controller-2" || m.Missing || want[m.Path] != m.Why {
+				t.Errorf("%+v", m)
+			}
+		}
+		err = IdentityError(mm, "controller-2")
+		if !strings.Contains(err.Error(), "differs from the state directory's") ||
+			!strings.Contains(usererr.HintOf(err), "move the state\ndirectory away and run 'hardway state pull --from controller-2'") {
+			t.Errorf("%v\nhint: %s", err, usererr.HintOf(err))
+		}
+		// Never a secret in the message.
+		enc, _ := pki.LoadEncryptionConfig(other.EncryptionConfig())
+		if s := enc.Resources[0].Providers[0].Secretbox.Keys[0].Secret; strings.Contains(err.Error()+usererr.HintOf(err), s) {
+			t.Error("the message holds the encryption key")
+		}
+	})
+	t.Run("key rotation in progress is not a mismatch", func(t *testing.T) {
+		// Local: a new key first, the hosts' key second.
+		old, _ := os.ReadFile(st.EncryptionConfig())
+		c, _ := pki.LoadEncryptionConfig(st.EncryptionConfig())
+		n, _ := pki.NewEncryptionConfig("secretbox")
+		k := n.Resources[0].Providers[0].Secretbox.Keys[0]
+		k.Name = "key2"
+		sb := c.Resources[0].Providers[0].Secretbox
+		sb.Keys = append([]pki.Key{k}, sb.Keys...)
+		b, _ := c.Marshal()
+		os.WriteFile(st.EncryptionConfig(), b, 0o600)
+		defer os.WriteFile(st.EncryptionConfig(), old, 0o600)
+		held := func(h string) map[string][]byte {
+			f := hostFiles(t, ms[0], st)
+			f[units.EncryptionConfig] = old
+			return f
+		}
+		mm, _, err := CompareIdentity(t.Context(), ms, st, fakes(t, ms, held))
+		if err != nil || len(mm) != 0 {
+			t.Fatalf("%v %+v", err, mm)
+		}
+	})
+	t.Run("unreachable host is named, not compared", func(t *testing.T) {
+		d := fakes(t, ms[:2], byHost(all(st)))
+		mm, down, err := CompareIdentity(t.Context(), ms, st, d)
+		if err != nil || len(mm) != 0 || len(down) != 1 || !strings.Contains(down[0], "controller-3 (dial controller-3") {
+			t.Fatalf("%v %+v %v", err, mm, down)
+		}
+	})
+}
+
+// The guard runs before every later step, even when --only leaves the
+// identity step out, and a failure stops the run before any action.
+func TestGuardStepsCannotBeBypassed(t *testing.T) {
+	var ran []string
+	step := func(name string) plan.Step {
+		return plan.Step{Name: name, Plan: func(context.Context, plan.Planned) ([]plan.Action, error) {
+			ran = append(ran, name)
+			return []plan.Action{{Host: "controller-1", Kind: plan.Write, Desc: "write", Do: func(context.Context) error {
+				ran = append(ran, name+" wrote")
+				return nil
+			}}}, nil
+		}}
+	}
+	checks := 0
+	identity := func(context.Context, plan.Planned) ([]plan.Action, error) {
+		checks++
+		return nil, usererr.New(errors.New("identity differs"), "hardway state pull")
+	}
+	preflight := plan.Step{Name: "preflight", Plan: func(context.Context, plan.Planned) ([]plan.Action, error) { return nil, nil }}
+	steps := []plan.Step{preflight, {Name: StepIdentity}, step("pki"), step("push")}
+	for _, r := range []*plan.Runner{
+		{},
+		{Only: []string{"push"}},
+		{Skip: []string{StepIdentity}},
+		{DryRun: true},
+	} {
+		ran, checks = nil, 0
+		r.Out = &strings.Builder{}
+		_, err := r.Run(t.Context(), guardSteps(steps, identity))
+		if err == nil || !strings.Contains(err.Error(), "identity differs") || usererr.HintOf(err) != "hardway state pull" {
+			t.Errorf("%+v: err %v", r, err)
+		}
+		for _, x := range ran {
+			if strings.HasSuffix(x, "wrote") || x == "pki" || x == "push" {
+				t.Errorf("%+v: %s ran", r, x)
+			}
+		}
+		if checks != 1 {
+			t.Errorf("%+v: identity checked %d times", r, checks)
+		}
+	}
+
+	// Passing, it is checked once for the whole list.
+	checks = 0
+	ok := func(context.Context, plan.Planned) ([]plan.Action, error) { checks++; return nil, nil }
+	res, err := (&plan.Runner{Out: &strings.Builder{}}).Run(t.Context(), guardSteps(steps, ok))
+	if err != nil || checks != 1 || res.Changes() != 2 {
+		t.Errorf("err %v, %d checks, %d changes", err, checks, res.Changes())
+	}
+}
