@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -32,6 +34,7 @@ type hostModel struct {
 	files    map[string]string // path -> compare line ("644 root 0 root 0 SIZE SHA")
 	content  map[string]string // path -> text, for diffs
 	dirs     map[string]string // path -> "700 root:root"
+	data     map[string][]byte // path -> content of files from the state directory, for remote.ReadFiles
 }
 
 func runningHost() *hostModel {
@@ -84,6 +87,14 @@ func (m *hostModel) answer(cmd string) (string, error) {
 				b.WriteString(l + "\n")
 			} else {
 				b.WriteString("missing\n")
+			}
+		}
+	case strings.HasPrefix(cmd, "# read "):
+		for _, p := range reCompareFile.FindAllStringSubmatch(cmd, -1) {
+			if d, ok := m.data[p[1]]; ok {
+				b.WriteString("F " + base64.StdEncoding.EncodeToString(d) + "\n")
+			} else {
+				b.WriteString("M\n")
 			}
 		}
 	case strings.HasPrefix(cmd, "stat -c '%a %U:%G' "):
@@ -247,6 +258,14 @@ func (fc *fakeCluster) pushed() {
 			hm.files[f.Path] = fmt.Sprintf("%o %s 0 %s 0 %d %s", f.Mode.Perm(), owner, group, f.Size, f.SHA256)
 			if f.Data != nil {
 				hm.content[f.Path] = string(f.Data)
+			}
+			if strings.HasPrefix(f.Source, string(fc.opt.State)) {
+				if hm.data == nil {
+					hm.data = map[string][]byte{}
+				}
+				if hm.data[f.Path], err = os.ReadFile(f.Source); err != nil {
+					fc.t.Fatal(err)
+				}
 			}
 		}
 		hm.dirs[restartDir] = "700 root:root"

@@ -286,3 +286,53 @@ func TestGuardStepsCannotBeBypassed(t *testing.T) {
 		t.Errorf("err %v, %d checks, %d changes", err, checks, res.Changes())
 	}
 }
+
+// The issue's case on fake hosts: a converged cluster, the state directory
+// moved away, then a real (not dry) `up`: it stops in the identity step,
+// with the hint naming state pull, having sent no host a write and created
+// no key locally. --only push does not get around it either.
+func TestUpStopsWhenTheStateDirectoryIsLost(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	inv := threeHosts(t)
+	st := state.Dir(filepath.Join(root, ".hardway"))
+	if _, err := generatedIn(ctx, inv, st); err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{State: st, Release: releaseOptionsIn(inv, root)}
+	fc := newFakeCluster(t, inv, opt, models(inv, runningHost))
+	fc.withRelease()
+	fc.pushed()
+
+	lost := state.Dir(filepath.Join(root, "fresh-clone", ".hardway"))
+	for _, r := range []*plan.Runner{{}, {Only: []string{StepPush}}} {
+		opt.State = lost
+		fc2 := newFakeCluster(t, inv, opt, fc.model)
+		r.Out = &strings.Builder{}
+		_, err := r.Run(ctx, fc2.Steps())
+		if err == nil {
+			t.Fatal("up went ahead without the cluster's identity")
+		}
+		if !strings.Contains(err.Error(), "[identity]") || !strings.Contains(usererr.HintOf(err), "hardway state pull --from c1") {
+			t.Errorf("err %v\nhint %s", err, usererr.HintOf(err))
+		}
+		for _, h := range inv.ControlPlane {
+			assertReadOnly(t, h.Name, fc2.commands(h.Name))
+		}
+		if _, err := os.Stat(lost.Cert(pki.CA)); err == nil {
+			t.Fatal("a new CA was made")
+		}
+	}
+
+	// On purpose: the identity step lists the replacement, and pki makes
+	// the new identity (in a dry run: planned only).
+	opt.State, opt.ReplaceIdentity = lost, true
+	fc3 := newFakeCluster(t, inv, opt, fc.model)
+	res, err := (&plan.Runner{Out: &strings.Builder{}, DryRun: true, Only: []string{StepIdentity, StepPKI}}).Run(ctx, fc3.Steps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(res.Steps[1].Actions); n != 3 || !strings.Contains(res.Steps[1].Actions[0].Desc, "replace the cluster identity (--replace-identity): /etc/etcd/ca.crt") {
+		t.Errorf("identity actions: %+v", res.Steps[1].Actions)
+	}
+}
