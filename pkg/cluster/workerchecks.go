@@ -256,6 +256,32 @@ func (c *Cluster) checkNodes(ctx context.Context) []verify.Result {
 	for _, p := range kube.NodeProblems(nodes.Items) {
 		out = append(out, verify.Result{Check: "nodes", Host: p.Node, Status: verify.Fail, Message: p.Reason, Hint: p.Hint})
 	}
+	for _, n := range kube.StaleNodes(nodes.Items, c.hostNames()) {
+		if c.cniBridge() && kube.HardwayWorker(n, c.Inv.Network.PodNet()) {
+			out = append(out, verify.Result{Check: "nodes/stale", Host: n.Name, Status: verify.Fail,
+				Message: fmt.Sprintf("Node %s is not in the inventory (a removed worker, pod subnet %s)", n.Name, n.Spec.PodCIDR),
+				Hint:    "'hardway up' drains and deletes it; by hand: " + kube.RemoveCommand(n.Name)})
+		} else {
+			out = append(out, verify.Result{Check: "nodes/stale", Host: n.Name, Status: verify.Warn,
+				Message: fmt.Sprintf("Node %s is not in the inventory (joined by other means?)", n.Name),
+				Hint:    "add it to workers: or remove it: " + kube.RemoveCommand(n.Name)})
+		}
+	}
+	if names, found, err := kube.CalicoNodeNames(ctx, cs); err != nil {
+		out = append(out, verify.Result{Check: "nodes/calico", Status: verify.Warn, Message: err.Error()})
+	} else if found {
+		have := map[string]bool{}
+		for _, n := range nodes.Items {
+			have[n.Name] = true
+		}
+		for _, name := range names {
+			if !have[name] {
+				out = append(out, verify.Result{Check: "nodes/calico", Host: name, Status: verify.Fail,
+					Message: fmt.Sprintf("Calico node %s has no Node: a new node with its address fails with \"already using the IPv4 address\"", name),
+					Hint:    fmt.Sprintf("kubectl delete nodes.crd.projectcalico.org %s (or calicoctl delete node %s); its IPAM blocks are released with it", name, name)})
+			}
+		}
+	}
 	if pods, err := kube.PendingPods(ctx, cs); err != nil {
 		out = append(out, verify.Failf("", "", "%v", err))
 	} else if p := kube.PendingBehindTaint(pods); p != nil {

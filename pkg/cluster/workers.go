@@ -85,10 +85,11 @@ func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan
 	// has no apiserver (or no admin kubeconfig) yet: the registration is
 	// then planned, and decided when it runs.
 	var nodes map[string]*corev1.Node
+	var stale []corev1.Node
 	if cs, err := c.kubeClient(); err == nil {
-		nodes, err = c.workerNodes(ctx, cs)
+		nodes, stale, err = c.workerNodes(ctx, cs)
 		if err != nil {
-			nodes = nil
+			nodes, stale = nil, nil
 		}
 	}
 
@@ -120,6 +121,7 @@ func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan
 		actions = append(actions, c.waitReadyAction(freshNames...))
 	}
 	actions = append(actions, rolling...)
+	actions = append(actions, c.removeStaleActions(stale)...)
 	for _, h := range c.Inv.ControlPlane {
 		sn := snaps[indexOf(hosts, h.Name)]
 		if sn == nil {
@@ -204,11 +206,14 @@ func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot
 	return actions, restarted, nil
 }
 
-// workerNodes reads the Node of every worker (absent: not registered).
-func (c *Cluster) workerNodes(ctx context.Context, cs kubernetes.Interface) (map[string]*corev1.Node, error) {
+// workerNodes reads the Node of every worker (absent: not registered), and
+// the Nodes of workers removed from the inventory: not a host of it, with a
+// pod subnet from network.podCIDR (only hardway sets those with the bridge
+// CNI), so a node joined by other means is never touched.
+func (c *Cluster) workerNodes(ctx context.Context, cs kubernetes.Interface) (map[string]*corev1.Node, []corev1.Node, error) {
 	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("list Nodes: %w", err)
+		return nil, nil, fmt.Errorf("list Nodes: %w", err)
 	}
 	out := map[string]*corev1.Node{}
 	for i := range l.Items {
@@ -216,7 +221,50 @@ func (c *Cluster) workerNodes(ctx context.Context, cs kubernetes.Interface) (map
 			out[l.Items[i].Name] = &l.Items[i]
 		}
 	}
-	return out, nil
+	var stale []corev1.Node
+	if c.cniBridge() {
+		for _, n := range kube.StaleNodes(l.Items, c.hostNames()) {
+			if kube.HardwayWorker(n, c.Inv.Network.PodNet()) {
+				stale = append(stale, n)
+			}
+		}
+	}
+	return out, stale, nil
+}
+
+func (c *Cluster) hostNames() []string {
+	var out []string
+	for _, h := range c.Inv.Hosts() {
+		out = append(out, h.Name)
+	}
+	return out
+}
+
+// drainTimeout bounds the drain of a removed worker.
+const drainTimeout = 2 * time.Minute
+
+// removeStaleActions removes the Nodes of workers no longer in the
+// inventory: cordon, drain (their pods move to the other workers), delete.
+// Their routes go with the pod-routes units pushed without them, and their
+// subnets are free once the state's allocation no longer lists them.
+func (c *Cluster) removeStaleActions(stale []corev1.Node) []plan.Action {
+	var out []plan.Action
+	for _, n := range stale {
+		name := n.Name
+		out = append(out, plan.Action{Kind: plan.Membership,
+			Desc: fmt.Sprintf("remove Node %s (not in the inventory; pod subnet %s): cordon, drain, delete", name, n.Spec.PodCIDR),
+			Do: func(ctx context.Context) error {
+				cs, err := c.kubeClient()
+				if err != nil {
+					return err
+				}
+				if err := kube.DrainAndDelete(ctx, cs, name, drainTimeout); err != nil {
+					return usererr.New(err, "fix what keeps the pods (a PodDisruptionBudget, say) or remove the node by hand: "+kube.RemoveCommand(name))
+				}
+				return nil
+			}})
+	}
+	return out
 }
 
 // nodeTimeout bounds the wait for Nodes to become Ready.

@@ -367,3 +367,27 @@ func TestPlanWorkersPodCIDRConflict(t *testing.T) {
 		t.Fatalf("conflict: %v (hint %q)", err, usererr.HintOf(err))
 	}
 }
+
+func TestPlanWorkersRemovesStaleWorkers(t *testing.T) {
+	wf, _ := convergedWorkers(t)
+	// worker-3 left the inventory; "joined" came in by other means (no
+	// hardway subnet): only worker-3 is removed.
+	for _, n := range []*corev1.Node{readyNode("worker-3", "10.200.2.0/24"), readyNode("joined", "")} {
+		if _, err := wf.kube.CoreV1().Nodes().Create(t.Context(), n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	as, err := wf.planWorkers(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := wdescs(as); len(got) != 1 || got[0] != "membership : remove Node worker-3 (not in the inventory; pod subnet 10.200.2.0/24): cordon, drain, delete" {
+		t.Fatalf("plan: %v", got)
+	}
+	if err := as[0].Do(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := kube.GetNode(t.Context(), wf.kube, "worker-3"); n != nil {
+		t.Fatal("worker-3 still there")
+	}
+}

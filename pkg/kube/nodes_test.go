@@ -5,10 +5,15 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/hardway/hardway/pkg/usererr"
 )
@@ -173,5 +178,68 @@ func TestIPPoolProblems(t *testing.T) {
 	}
 	if _, err := IPPoolProblems([]byte("<html>"), netip.Prefix{}, netip.Prefix{}, nil); err == nil {
 		t.Fatal("garbage accepted")
+	}
+}
+
+func TestStaleNodesAndDrain(t *testing.T) {
+	ctx := context.Background()
+	node := func(name, cidr string) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: cidr}}
+	}
+	nodes := []corev1.Node{node("worker-1", "10.200.0.0/24"), node("worker-3", "10.200.2.0/24"), node("joined", "")}
+	stale := StaleNodes(nodes, []string{"controller-1", "worker-1"})
+	if len(stale) != 2 || stale[0].Name != "joined" || stale[1].Name != "worker-3" {
+		t.Fatalf("stale %v", stale)
+	}
+	pod := netip.MustParsePrefix("10.200.0.0/16")
+	if HardwayWorker(stale[0], pod) || !HardwayWorker(stale[1], pod) {
+		t.Fatal("HardwayWorker")
+	}
+
+	cs := fake.NewClientset(&nodes[1],
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "worker-3"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ds", Namespace: "kube-system", OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Name: "x"}}}, Spec: corev1.PodSpec{NodeName: "worker-3"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "worker-1"}})
+	// The fake does not filter by field or evict: do both as the apiserver would.
+	var evicted []string
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		ev := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+		evicted = append(evicted, ev.Namespace+"/"+ev.Name)
+		return true, nil, cs.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), ev.Namespace, ev.Name)
+	})
+	cs.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sel := a.(k8stesting.ListAction).GetListRestrictions().Fields
+		objs, err := cs.Tracker().List(corev1.SchemeGroupVersion.WithResource("pods"), corev1.SchemeGroupVersion.WithKind("Pod"), "")
+		if err != nil {
+			return true, nil, err
+		}
+		l := objs.(*corev1.PodList)
+		var keep []corev1.Pod
+		for _, p := range l.Items {
+			if sel.Matches(fields.Set{"spec.nodeName": p.Spec.NodeName}) {
+				keep = append(keep, p)
+			}
+		}
+		l.Items = keep
+		return true, l, nil
+	})
+	if err := DrainAndDelete(ctx, cs, "worker-3", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(evicted, ",") != "default/app" {
+		t.Fatalf("evicted %v", evicted)
+	}
+	if n, _ := GetNode(ctx, cs, "worker-3"); n != nil {
+		t.Fatal("node not deleted")
+	}
+	// Gone already: nothing to do.
+	if err := DrainAndDelete(ctx, cs, "worker-3", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := ParseNames([]byte(`{"items":[{"metadata":{"name":"b"}},{"metadata":{"name":"a"}}]}`)); err != nil || strings.Join(names, ",") != "a,b" {
+		t.Fatalf("names %v %v", names, err)
 	}
 }

@@ -1,0 +1,148 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// StaleNodes are the Nodes whose names are not in known, sorted.
+func StaleNodes(nodes []corev1.Node, known []string) []corev1.Node {
+	var out []corev1.Node
+	for _, n := range nodes {
+		if !slices.Contains(known, n.Name) {
+			out = append(out, n)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// HardwayWorker says whether a Node carries a pod subnet from pod: with the
+// bridge CNI the controller-manager allocates none, so only hardway set it.
+func HardwayWorker(n corev1.Node, pod netip.Prefix) bool {
+	p, err := netip.ParsePrefix(n.Spec.PodCIDR)
+	return err == nil && pod.IsValid() && pod.Contains(p.Addr())
+}
+
+// RemoveCommand is what a user runs to remove a stale Node by hand.
+func RemoveCommand(name string) string {
+	return fmt.Sprintf("kubectl drain %s --ignore-daemonsets --delete-emptydir-data --force && kubectl delete node %s", name, name)
+}
+
+// DrainAndDelete cordons the Node, evicts its pods (DaemonSet and static
+// pods stay: they belong to the node), waits for them to be gone and
+// deletes the Node. Evictions respect PodDisruptionBudgets; one that keeps
+// refusing ends the drain with an error after timeout.
+func DrainAndDelete(ctx context.Context, cs kubernetes.Interface, name string, timeout time.Duration) error {
+	patch := []byte(`{"spec":{"unschedulable":true}}`)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("cordon %s: %w", name, err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+		if err != nil {
+			return fmt.Errorf("pods on %s: %w", name, err)
+		}
+		var left []string
+		for _, p := range pods.Items {
+			if stays(p) || p.DeletionTimestamp != nil && p.Status.Phase != corev1.PodRunning {
+				continue
+			}
+			left = append(left, p.Namespace+"/"+p.Name)
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
+			if err := cs.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsTooManyRequests(err) {
+				return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("drain %s: %d pod(s) still there after %s (a PodDisruptionBudget?): %s", name, len(left), timeout, strings.Join(left, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete Node %s: %w", name, err)
+	}
+	return nil
+}
+
+// stays says whether a pod belongs to its node: DaemonSet pods (the
+// DaemonSet would put them back) and static (mirror) pods.
+func stays(p corev1.Pod) bool {
+	if _, ok := p.Annotations[corev1.MirrorPodAnnotationKey]; ok {
+		return true
+	}
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "DaemonSet" {
+			return true
+		}
+	}
+	return false
+}
+
+// CalicoNodesPath is where Calico keeps one object per node it knows.
+const CalicoNodesPath = "/apis/crd.projectcalico.org/v1/nodes"
+
+// CalicoNodeNames reads Calico's node objects; found is false without
+// Calico's CRDs.
+func CalicoNodeNames(ctx context.Context, cs kubernetes.Interface) (names []string, found bool, err error) {
+	rc := cs.Discovery().RESTClient()
+	if rc == nil {
+		return nil, false, nil // a fake clientset
+	}
+	body, err := rc.Get().AbsPath(CalicoNodesPath).DoRaw(ctx)
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("list Calico nodes: %w", err)
+	}
+	names, err = ParseNames(body)
+	return names, true, err
+}
+
+// ParseNames reads the object names of a List.
+func ParseNames(list []byte) ([]string, error) {
+	var v struct {
+		Items []struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(list, &v); err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	var out []string
+	for _, it := range v.Items {
+		out = append(out, it.Metadata.Name)
+	}
+	sort.Strings(out)
+	return out, nil
+}
