@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hardway/hardway/pkg/runlog"
 	"github.com/hardway/hardway/pkg/usererr"
 )
 
@@ -57,6 +58,10 @@ func (a *App) printError(err error) int {
 		for _, l := range lines[1:] {
 			fmt.Fprintf(a.Stderr, "       %s\n", l)
 		}
+	}
+	var le *runlog.Error
+	if errors.As(err, &le) {
+		fmt.Fprintf(a.Stderr, "log:   %s\n", le.Path)
 	}
 	return usererr.CodeOf(err)
 }

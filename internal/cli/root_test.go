@@ -3,12 +3,17 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hardway/hardway"
+	"github.com/hardway/hardway/pkg/cluster"
+	"github.com/hardway/hardway/pkg/runlog"
+	"github.com/hardway/hardway/pkg/usererr"
 )
 
 // run runs hardway with args and returns exit code, stdout and stderr.
@@ -71,6 +76,38 @@ controlPlane:
 	} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+}
+
+// A failed run names its log last.
+func TestPrintErrorNamesTheRunLog(t *testing.T) {
+	var stderr strings.Builder
+	a := &App{Stderr: &stderr}
+	err := runlog.WithPath(usererr.New(errors.New("etcd did not become healthy"), "see 'journalctl -u etcd'"), logAt(t))
+	a.printError(err)
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "log:   ") || !strings.HasSuffix(last, ".log") {
+		t.Fatalf("last line %q of\n%s", last, stderr.String())
+	}
+}
+
+func logAt(t *testing.T) *runlog.Log {
+	l, err := runlog.Open(t.TempDir(), "up", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.End(nil) })
+	return l
+}
+
+// up --help lists every step, from the steps themselves.
+func TestUpHelpListsEveryStep(t *testing.T) {
+	var out strings.Builder
+	Main(context.Background(), []string{"up", "--help"}, &out, &out)
+	for _, s := range cluster.StepDocs() {
+		if !strings.Contains(out.String(), "\n  "+s.Name+" ") {
+			t.Errorf("--help lacks step %s", s.Name)
 		}
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,6 +17,7 @@ import (
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/plan"
 	"github.com/hardway/hardway/pkg/release"
+	"github.com/hardway/hardway/pkg/runlog"
 	"github.com/hardway/hardway/pkg/state"
 )
 
@@ -38,27 +41,7 @@ func (a *App) newUpCmd() *cobra.Command {
 		Short: "Build or converge the cluster described by the inventory",
 		Long: `Bring the cluster to what the inventory describes, step by step:
 
-  preflight      SSH with verified host keys; Linux, systemd, arch, clock skew,
-                 ports, free disk and the etcd disk's fsync latency
-  identity       the hosts' CAs, service-account key and encryption key match
-                 the state directory (reads only; see below)
-  pki            CA, certificates, service-account key, encryption config, kubeconfigs
-  fetch          release binaries, verified against checksums and hardway.lock
-  render         systemd units and configs for the inventory's versions
-  push           every file, atomically; files already equal are not sent
-  etcd           start members (all together on a new cluster) or restart them
-                 one at a time, keeping quorum; check health and the member list
-  control-plane  kube-apiserver, kube-controller-manager, kube-scheduler,
-                 host by host, waiting for /readyz or /healthz before the next
-  rbac           the RBAC that lets the apiserver reach kubelets
-  workers        on every host in workers: containerd, the image tarballs it
-                 lacks (compared by image ID), the Node registered with its pod
-                 subnet, kubelet, kube-proxy and the pod routes (also on the
-                 control-plane hosts); new workers start together, running ones
-                 restart one at a time; each Node is waited for until Ready,
-                 and a timeout says why (runtime down, CNI config missing,
-                 certificate refused)
-
+` + stepList(cluster.StepDocs()) + `
 Each step first plans (reads only), then acts; a step with nothing to do
 says "up to date", and a run with nothing to do says "no changes". Only the
 services whose files changed are restarted. A run that fails midway leaves
@@ -74,7 +57,11 @@ lost, or this is a fresh clone), or they differ, up stops and names each file:
 'hardway state pull --from HOST' rebuilds the state directory from the hosts.
 --replace-identity replaces the hosts' identity with the state directory's on
 purpose: every certificate, service-account token and stored Secret made with
-the old one stops working. --only and --skip never bypass the check.`,
+the old one stops working. --only and --skip never bypass the check.
+
+Every run writes a log to logs/ in the state directory: each progress line
+and each command run on a host, with its timing and its whole stderr. A
+failed run's last line is the path of its log.`,
 		Example: `  hardway up -i inventory.yaml
   hardway up -i inventory.yaml --dry-run
   hardway up -i inventory.yaml --only push,control-plane`,
@@ -107,6 +94,24 @@ the old one stops working. --only and --skip never bypass the check.`,
 	return cmd
 }
 
+// stepList is the steps for --help, each doc wrapped under its name.
+func stepList(steps []plan.Step) string {
+	const width, indent = 78, 17
+	var b strings.Builder
+	for _, s := range steps {
+		line := fmt.Sprintf("  %-14s ", s.Name)
+		for _, w := range strings.Fields(s.Doc) {
+			if len(line)+len(w) > width && len(line) > indent {
+				b.WriteString(strings.TrimRight(line, " ") + "\n")
+				line = strings.Repeat(" ", indent)
+			}
+			line += w + " "
+		}
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
+	}
+	return b.String()
+}
+
 func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir, o upOptions) error {
 	if err := checkOutputFlag(o.output); err != nil {
 		return err
@@ -128,18 +133,30 @@ func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir,
 	if f, ok := a.Stderr.(*os.File); ok {
 		isTerm = term.IsTerminal(int(f.Fd()))
 	}
+	// The run log gets every progress line and every remote command with
+	// its whole stderr; a dry run writes one too (in logs/, which holds no
+	// state).
+	lg, err := runlog.Open(st.LogDir(), "up", time.Now())
+	if err != nil {
+		return err
+	}
+	lg.Printf("inventory %s; dry-run=%v only=%v skip=%v remove-stale-members=%v", a.InventoryPath, o.dryRun, o.only, o.skip, o.removeStaleMembers)
+	out = io.MultiWriter(out, lg)
 	c := cluster.New(inv, cluster.Options{
 		State: st, Out: out, AcceptNewHostKeys: o.acceptNewHostKeys, Release: ro,
 		Progress: release.NewProgress(a.Stderr, isTerm), RemoveStaleMembers: o.removeStaleMembers,
 		ReplaceIdentity: o.replaceIdentity,
+		Trace:           lg.Command,
 	})
 	defer c.Close()
 	start := time.Now()
 	r := &plan.Runner{Out: out, DryRun: o.dryRun, Only: o.only, Skip: o.skip}
 	res, err := r.Run(ctx, c.Steps())
 	if err != nil {
-		return err
+		lg.End(err)
+		return runlog.WithPath(err, lg)
 	}
+	defer lg.End(nil)
 	if o.output == "json" {
 		enc := json.NewEncoder(a.Stdout)
 		enc.SetIndent("", "  ")

@@ -11,6 +11,7 @@ import (
 	"github.com/hardway/hardway/pkg/cluster"
 	"github.com/hardway/hardway/pkg/kube"
 	"github.com/hardway/hardway/pkg/release"
+	"github.com/hardway/hardway/pkg/runlog"
 	"github.com/hardway/hardway/pkg/usererr"
 	"github.com/hardway/hardway/pkg/verify"
 )
@@ -53,21 +54,25 @@ longer exist). Exit code 1 when any check fails.`,
 					return err
 				}
 			}
-			c := cluster.New(inv, cluster.Options{State: a.stateDir(inv), Release: ro})
+			st := a.stateDir(inv)
+			lg, err := runlog.Open(st.LogDir(), "verify", time.Now())
+			if err != nil {
+				return err
+			}
+			c := cluster.New(inv, cluster.Options{State: st, Release: ro, Trace: lg.Command})
 			defer c.Close()
 			rep := verify.Run(cmd.Context(), c.Checks(), 4, timeout)
+			rep.WriteTable(lg)
 			if output == "json" {
 				err = rep.WriteJSON(a.Stdout)
 			} else {
 				err = rep.WriteTable(a.Stdout)
 			}
-			if err != nil {
-				return err
+			if err == nil && !rep.OK() {
+				err = usererr.New(errors.New("verify: "+fmt.Sprint(rep.Fail)+" check(s) failed"), "each failed line above has its own hint")
 			}
-			if !rep.OK() {
-				return usererr.New(errors.New("verify: "+fmt.Sprint(rep.Fail)+" check(s) failed"), "each failed line above has its own hint")
-			}
-			return nil
+			lg.End(err)
+			return runlog.WithPath(err, lg)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text (a table) or json")

@@ -46,6 +46,8 @@ type Options struct {
 	// Tunnels to etcd and the apiservers go through hosts that are also a
 	// remote.Dialer. Unit tests pass fakes here.
 	Connect func(ctx context.Context, cfg remote.Config) (remote.Host, error)
+	// Trace is told about every command run on a host (the run log).
+	Trace func(remote.Trace)
 }
 
 // Cluster is one inventory's cluster during one run.
@@ -141,7 +143,7 @@ func (c *Cluster) remoteConfig(h inventory.Host) remote.Config {
 	cfg := remote.Config{
 		Name: h.Name, Address: h.Address, Port: s.Port, User: s.User,
 		KnownHostsFile: s.KnownHostsFile, AcceptNewHostKeys: c.opt.AcceptNewHostKeys,
-		Sudo: s.Sudo != nil && *s.Sudo,
+		Sudo: s.Sudo != nil && *s.Sudo, Trace: c.opt.Trace,
 	}
 	if s.IdentityFile != "" {
 		cfg.IdentityFiles = []string{s.IdentityFile}

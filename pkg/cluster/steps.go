@@ -32,6 +32,16 @@ const (
 	StepRBAC         = "rbac"
 )
 
+// StepDocs are the steps' names and docs, for `hardway up --help`: the
+// steps themselves, so the two cannot drift apart.
+func StepDocs() []plan.Step {
+	steps := New(&inventory.Inventory{}, Options{}).Steps()
+	for i := range steps {
+		steps[i].Plan = nil
+	}
+	return steps
+}
+
 // Steps are the steps of `hardway up`, in order.
 func (c *Cluster) Steps() []plan.Step {
 	return c.guarded([]plan.Step{

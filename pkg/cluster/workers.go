@@ -24,7 +24,9 @@ import (
 // routes on every host).
 func (c *Cluster) WorkersStep() plan.Step {
 	return plan.Step{Name: "workers",
-		Doc:  "containerd, images, kubelet, kube-proxy and pod routes; new workers together, running ones one at a time; wait for each Node Ready",
+		Doc: "on every host in workers: containerd, the image tarballs it lacks (compared by image ID), the Node registered with its pod subnet, " +
+			"kubelet, kube-proxy and the pod routes (also on the control-plane hosts); new workers start together, running ones restart one at a time; " +
+			"each Node is waited for until Ready, and a timeout says why (runtime down, CNI config missing, certificate refused)",
 		Plan: c.planWorkers}
 }
 

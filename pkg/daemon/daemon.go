@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hardway/hardway/pkg/cluster"
+	"github.com/hardway/hardway/pkg/runlog"
 	"github.com/hardway/hardway/pkg/usererr"
 	"github.com/hardway/hardway/pkg/verify"
 )
@@ -394,6 +395,10 @@ func (d *Daemon) runOnce(ctx context.Context, t Target) {
 				msg := fmt.Sprintf("repair %s failed: %v", h, err)
 				if hint := usererr.HintOf(err); hint != "" {
 					msg += " (hint: " + hint + ")"
+				}
+				var le *runlog.Error
+				if errors.As(err, &le) {
+					msg += " (log: " + le.Path + ")"
 				}
 				d.log.printf(prioErr, "%s", strings.ReplaceAll(msg, "\n", " "))
 				continue

@@ -10,6 +10,8 @@ import (
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/runlog"
 	"github.com/hardway/hardway/pkg/state"
 	"github.com/hardway/hardway/pkg/verify"
 )
@@ -31,6 +33,28 @@ type ClusterTarget struct {
 	state state.Dir
 	c     *cluster.Cluster
 	out   *sink
+	trace *traceSink
+}
+
+// traceSink sends the cluster's remote commands to the log of the repair
+// in progress, nowhere otherwise (the checks are not logged per command).
+type traceSink struct {
+	mu  sync.Mutex
+	log *runlog.Log
+}
+
+func (s *traceSink) Command(t remote.Trace) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.log != nil {
+		s.log.Command(t)
+	}
+}
+
+func (s *traceSink) set(l *runlog.Log) {
+	s.mu.Lock()
+	s.log = l
+	s.mu.Unlock()
 }
 
 // sink is the cluster's progress writer: the log of the repair in
@@ -60,14 +84,14 @@ func (s *sink) set(w io.Writer) {
 // release options are made offline: a daemon compares against the cache,
 // it never downloads.
 func NewClusterTarget(ctx context.Context, inv *inventory.Inventory, opt cluster.Options) (*ClusterTarget, error) {
-	out := &sink{}
-	opt.Out = out
+	out, trace := &sink{}, &traceSink{}
+	opt.Out, opt.Trace = out, trace.Command
 	opt.Release.Offline = true
 	c := cluster.New(inv, opt)
 	if err := c.Prepare(ctx); err != nil {
 		return nil, err
 	}
-	return &ClusterTarget{inv: inv, state: opt.State, c: c, out: out}, nil
+	return &ClusterTarget{inv: inv, state: opt.State, c: c, out: out, trace: trace}, nil
 }
 
 func (t *ClusterTarget) Checks() []verify.Check { return t.c.Checks() }
@@ -105,6 +129,8 @@ func (t *ClusterTarget) Close() { t.c.Close() }
 
 // Repair runs the repair steps of `hardway up` with every action limited to
 // host (and the cluster-wide waits that follow them).
+// Each repair writes its own run log (logs/repair-<host>-....log in the
+// state directory); a failed repair's error carries its path.
 func (t *ClusterTarget) Repair(ctx context.Context, host string, out io.Writer) (int, error) {
 	// A repair pushes from the state directory: never while pki or up
 	// writes it. Waiting briefly is enough; the next run tries again.
@@ -113,15 +139,25 @@ func (t *ClusterTarget) Repair(ctx context.Context, host string, out io.Writer) 
 		return 0, err
 	}
 	defer lock.Unlock()
+	lg, err := runlog.Open(t.state.LogDir(), "repair-"+host, time.Now())
+	if err != nil {
+		return 0, err
+	}
+	out = io.MultiWriter(out, lg)
 	t.out.set(out)
-	defer t.out.set(nil)
+	t.trace.set(lg)
+	defer func() {
+		t.out.set(nil)
+		t.trace.set(nil)
+	}()
 	r := &plan.Runner{Out: out, Only: RepairSteps}
 	res, err := r.Run(ctx, ForHost(t.c.Steps(), host))
 	n := 0
 	if res != nil {
 		n = res.Changes()
 	}
-	return n, err
+	lg.End(err)
+	return n, runlog.WithPath(err, lg)
 }
 
 // ForHost wraps steps so that they plan only host's actions and the

@@ -49,6 +49,22 @@ type Config struct {
 	ConnectTimeout time.Duration // TCP connect + SSH handshake; 0: 15s
 	KeepAlive      time.Duration // interval of keepalive requests; 0: 15s, <0: none
 	Retries        int           // extra attempts on retryable failures; 0: 3, <0: none
+
+	// Trace, when set, is told about every command run on the host, with
+	// its whole standard error: the run log keeps what an error message
+	// only shows the start of.
+	Trace func(Trace)
+}
+
+// Trace is one command that ran on a host.
+type Trace struct {
+	Host     string
+	Cmd      string
+	Start    time.Time
+	Duration time.Duration
+	Code     int    // exit status; -1 when there is none
+	Stderr   string // all of it
+	Err      error  // nil on success
 }
 
 func (c *Config) user() string {
@@ -363,12 +379,32 @@ func (h *SSHHost) wrap(cmd string) string {
 
 // Run implements Host. Every call is a new session on the one connection.
 func (h *SSHHost) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, error) {
+	if h.cfg.Trace == nil {
+		out, _, err := h.run(ctx, cmd, stdin)
+		return out, err
+	}
+	start := time.Now()
+	out, stderr, err := h.run(ctx, cmd, stdin)
+	t := Trace{Host: h.Name(), Cmd: cmd, Start: start, Duration: time.Since(start), Stderr: stderr, Err: err}
+	var ee *ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		t.Code = ee.Code
+	default:
+		t.Code = -1
+	}
+	h.cfg.Trace(t)
+	return out, err
+}
+
+func (h *SSHHost) run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, string, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	s, err := h.client.NewSession()
 	if err != nil {
-		return nil, fmt.Errorf("%s: new session: %w", h.Name(), err)
+		return nil, "", fmt.Errorf("%s: new session: %w", h.Name(), err)
 	}
 	defer s.Close()
 	var stdout, stderr bytes.Buffer
@@ -377,7 +413,7 @@ func (h *SSHHost) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte,
 		s.Stdin = stdin
 	}
 	if err := s.Start(h.wrap(cmd)); err != nil {
-		return nil, fmt.Errorf("%s: start %s: %w", h.Name(), firstLine(cmd, 80), err)
+		return nil, "", fmt.Errorf("%s: start %s: %w", h.Name(), firstLine(cmd, 80), err)
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- s.Wait() }()
@@ -388,10 +424,10 @@ func (h *SSHHost) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte,
 		// keeps a session open while any child still holds its output.
 		_ = s.Signal(ssh.SIGKILL)
 		s.Close()
-		return nil, fmt.Errorf("%s: %s: %w", h.Name(), firstLine(cmd, 80), ctx.Err())
+		return nil, "", fmt.Errorf("%s: %s: %w", h.Name(), firstLine(cmd, 80), ctx.Err()) // stderr may still be written to
 	}
 	if err == nil {
-		return stdout.Bytes(), nil
+		return stdout.Bytes(), stderr.String(), nil
 	}
 	ee := &ExitError{Host: h.Name(), Cmd: cmd, Code: -1, Stderr: stderr.String()}
 	var xe *ssh.ExitError
@@ -402,18 +438,18 @@ func (h *SSHHost) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte,
 	case errors.As(err, &me):
 		// The usual cause is a dropped connection; say so instead of a
 		// made-up exit status.
-		return stdout.Bytes(), fmt.Errorf("%s: %s: connection lost before the command finished: %w",
+		return stdout.Bytes(), stderr.String(), fmt.Errorf("%s: %s: connection lost before the command finished: %w",
 			h.Name(), firstLine(cmd, 80), err)
 	default:
-		return stdout.Bytes(), fmt.Errorf("%s: %s: %w", h.Name(), firstLine(cmd, 80), err)
+		return stdout.Bytes(), stderr.String(), fmt.Errorf("%s: %s: %w", h.Name(), firstLine(cmd, 80), err)
 	}
 	if h.cfg.Sudo && h.cfg.user() != "root" && strings.Contains(ee.Stderr, "sudo:") &&
 		(strings.Contains(ee.Stderr, "a password is required") || strings.Contains(ee.Stderr, "a terminal is required")) {
-		return stdout.Bytes(), usererr.New(fmt.Errorf("%s: sudo for %s needs a password: %w", h.Name(), h.cfg.user(), ee),
+		return stdout.Bytes(), stderr.String(), usererr.New(fmt.Errorf("%s: sudo for %s needs a password: %w", h.Name(), h.cfg.user(), ee),
 			fmt.Sprintf("hardway runs `sudo -n`: allow it without a password on %s, e.g. echo '%s ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/hardway, or connect as root",
 				h.Name(), h.cfg.user()))
 	}
-	return stdout.Bytes(), ee
+	return stdout.Bytes(), stderr.String(), ee
 }
 
 // Client is the underlying SSH client.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -326,4 +327,30 @@ func mustPub(t *testing.T, keyFile string) ssh.PublicKey {
 		t.Fatal(err)
 	}
 	return s.PublicKey()
+}
+
+// Trace sees every command with all of its stderr, on success too.
+func TestTraceSeesEveryCommandAndAllOfStderr(t *testing.T) {
+	e := newEnv(t, sshdtest.Options{})
+	e.trust(t, e.srv.HostKeys...)
+	var mu sync.Mutex
+	var got []remote.Trace
+	cfg := e.config()
+	cfg.Trace = func(tr remote.Trace) { mu.Lock(); got = append(got, tr); mu.Unlock() }
+	h := dial(t, cfg)
+	ctx := context.Background()
+	if _, err := h.Run(ctx, "echo warning >&2; echo out", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Run(ctx, "for i in $(seq 1 12); do echo line $i >&2; done; exit 3", nil); err == nil {
+		t.Fatal("exit 3 succeeded")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0].Stderr != "warning\n" || got[0].Err != nil || got[0].Code != 0 {
+		t.Fatalf("first: %+v", got)
+	}
+	if got[1].Code != 3 || !strings.Contains(got[1].Stderr, "line 12") || got[1].Duration <= 0 || got[1].Host != "controller-1" {
+		t.Fatalf("second: %+v", got[1])
+	}
 }

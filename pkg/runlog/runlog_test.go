@@ -1,0 +1,91 @@
+package runlog
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hardway/hardway/pkg/remote"
+)
+
+func TestOpenNamesModesAndCollisions(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state", "logs")
+	now := time.Date(2026, 11, 30, 21, 5, 7, 0, time.UTC)
+	a, err := Open(dir, "up", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(dir, "up", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(a.Path()) != "up-20261130-2105.log" || filepath.Base(b.Path()) != "up-20261130-2105-2.log" {
+		t.Fatalf("names %s, %s", a.Path(), b.Path())
+	}
+	fi, _ := os.Stat(dir)
+	fa, _ := os.Stat(a.Path())
+	if fi.Mode().Perm() != 0o700 || fa.Mode().Perm() != 0o600 {
+		t.Fatalf("modes: dir %v, file %v", fi.Mode().Perm(), fa.Mode().Perm())
+	}
+	a.End(nil)
+	b.End(nil)
+}
+
+// A command's whole stderr is in the log, also beyond what an error
+// message shows; its standard input never is.
+func TestCommandKeepsAllOfStderr(t *testing.T) {
+	l, err := Open(t.TempDir(), "up", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&stderr, "etcd: line %d\n", i)
+	}
+	ee := &remote.ExitError{Host: "c1", Cmd: "systemctl start etcd.service", Code: 1, Stderr: stderr.String()}
+	l.Command(remote.Trace{Host: "c1", Cmd: "systemctl start etcd.service", Start: time.Now(), Duration: 1500 * time.Millisecond, Code: 1, Stderr: stderr.String(), Err: ee})
+	l.Command(remote.Trace{Host: "c2", Cmd: "echo '@etcd'\nls /", Start: time.Now(), Duration: time.Millisecond})
+	l.Printf("[etcd] c1: etcd: start")
+	err = WithPath(ee, l)
+	l.End(err)
+	b, _ := os.ReadFile(l.Path())
+	for _, want := range []string{"c1: exit 1 in 1.5s", "$ systemctl start etcd.service", "! etcd: line 1\n", "! etcd: line 40\n", "c2: ok in 1ms", "    $ ls /", "[etcd] c1: etcd: start", "failed after"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("log lacks %q:\n%s", want, b)
+		}
+	}
+	if strings.Contains(ee.Error(), "line 40") {
+		t.Error("the error message shows all of stderr: the log adds nothing")
+	}
+	var le *Error
+	if !errors.As(err, &le) || le.Path != l.Path() || !errors.Is(err, ee) {
+		t.Fatalf("WithPath: %v", err)
+	}
+	if WithPath(nil, l) != nil {
+		t.Fatal("nil error got a path")
+	}
+}
+
+func TestPruneKeepsTheNewest(t *testing.T) {
+	dir := t.TempDir()
+	for i := 0; i < 5; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("up-%d.log", i))
+		os.WriteFile(p, nil, 0o600)
+		mt := time.Now().Add(time.Duration(i-10) * time.Hour)
+		os.Chtimes(p, mt, mt)
+	}
+	os.WriteFile(filepath.Join(dir, "notes.txt"), nil, 0o600)
+	prune(dir, 2)
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "notes.txt up-3.log up-4.log" {
+		t.Fatalf("left %v", names)
+	}
+}
