@@ -71,6 +71,8 @@ type Network struct {
 	PodCIDR           string `yaml:"podCIDR"`
 	ClusterDomain     string `yaml:"clusterDomain"`
 	APIServerEndpoint string `yaml:"apiServerEndpoint"` // host[:port] of a VIP or load balancer; default the first control-plane host
+	CNI               string `yaml:"cni"`               // "bridge" (default): hardway's bridge CNI and pod routes; "none": bring your own
+	KubeProxyMode     string `yaml:"kubeProxyMode"`     // "iptables" (default) or "nftables"
 
 	serviceNet netip.Prefix
 	podNet     netip.Prefix
@@ -124,6 +126,9 @@ type Host struct {
 	Address         string `yaml:"address"`         // IP hardway connects to over SSH
 	InternalAddress string `yaml:"internalAddress"` // IP the cluster uses; default Address
 	SSH             *SSH   `yaml:"ssh"`             // per-host overrides
+	// ContainerHost: the host is a container (the lab's nspawn hosts). It
+	// turns on the settings only such a host needs; never on a real host.
+	ContainerHost bool `yaml:"containerHost"`
 }
 
 // IP is the host's cluster-facing address (InternalAddress, else Address).

@@ -171,6 +171,7 @@ func (l *loader) validate(inv *Inventory) {
 	}
 
 	l.validateNetwork(inv)
+	l.validateWorkerNetwork(inv)
 	l.validateSSH("ssh", inv.SSH)
 
 	switch inv.PKI.Algorithm {
