@@ -32,3 +32,7 @@ func (d Dir) EncryptionConfig() string { return filepath.Join(string(d), "encryp
 
 // LogDir holds one log file per run.
 func (d Dir) LogDir() string { return filepath.Join(string(d), "logs") }
+
+// PodSubnets records the pod subnet of every worker (pkg/podnet): kept so
+// that removing a worker never renumbers another.
+func (d Dir) PodSubnets() string { return filepath.Join(string(d), "pod-subnets.yaml") }
