@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/podnet"
 	"github.com/hardway/hardway/pkg/units"
 	"github.com/hardway/hardway/pkg/usererr"
 )
@@ -15,25 +16,43 @@ func (a *App) newRenderCmd() *cobra.Command {
 	var explain bool
 	cmd := &cobra.Command{
 		Use:   "render",
-		Short: "Write the systemd units and configs each control-plane host gets",
-		Long: `render writes exactly what 'hardway up' pushes to each control-plane host:
-the systemd units of etcd, kube-apiserver, kube-controller-manager and
-kube-scheduler, the scheduler config and the audit policy, laid out as on the
-host (DIR/<host>/etc/systemd/system/...). DIR/<host>.manifest lists every file
-the host gets with its mode, owner and origin; certificates, keys, kubeconfigs
-and binaries are only named there, never copied into DIR.
+		Short: "Write the systemd units and configs each host gets",
+		Long: `render writes exactly what 'hardway up' pushes to each host. Control-plane
+hosts: the systemd units of etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler, the scheduler config and the audit policy. Workers: the units
+of containerd, kubelet and kube-proxy, containerd's config.toml, the kubelet's
+KubeletConfiguration and, with network.cni bridge (the default), the bridge
+CNI config with the worker's own pod subnet. Every host gets
+hardway-pod-routes.service: a route to each other worker's pod subnet.
+Everything is laid out as on the host (DIR/<host>/etc/systemd/system/...).
+DIR/<host>.manifest lists every file the host gets with its mode, owner and
+origin; certificates, keys, kubeconfigs and binaries are only named there,
+never copied into DIR.
+
+Pod subnets come from the state directory (pod-subnets.yaml); a worker not
+there yet is shown with the subnet 'hardway up' would give it (render writes
+nothing). Settings only a container needs (failCgroupV1, containerd's
+restrict_oom_score_adj, runc's NoNewKeyring, kube-proxy's
+--conntrack-max-per-core) appear only for hosts with containerHost: true.
 
 Without --out, the rendered files are printed. --explain prints every flag
-with one line of why it is there.`,
+and config setting with one line of why it is there.`,
 		Example: `  hardway render -i inventory.yaml --out rendered
-  hardway render -i inventory.yaml --explain --host controller-1`,
+  hardway render -i inventory.yaml --explain --host controller-1
+  hardway render -i inventory.yaml --explain --host worker-1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			inv, err := a.loadInventory()
 			if err != nil {
 				return err
 			}
-			ms, err := units.Render(inv)
+			// Reads the state's pod subnets and allocates new workers in
+			// memory; only 'hardway up' writes the allocation.
+			pods, _, err := podnet.ForInventory(a.stateDir(inv), inv)
+			if err != nil {
+				return err
+			}
+			ms, err := units.Render(inv, pods)
 			if err != nil {
 				return err
 			}

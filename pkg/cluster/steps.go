@@ -13,6 +13,7 @@ import (
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/podnet"
 	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/units"
@@ -162,7 +163,11 @@ func (c *Cluster) ensureRendered(context.Context) error {
 	if c.manifests != nil {
 		return nil
 	}
-	ms, err := units.Render(c.Inv)
+	pods, _, err := podnet.ForInventory(c.opt.State, c.Inv)
+	if err != nil {
+		return err
+	}
+	ms, err := units.Render(c.Inv, pods)
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ type Role string
 const (
 	ControlPlane Role = "control-plane"
 	Worker       Role = "worker"
+	EveryHost    Role = "every-host" // control-plane hosts and workers (the pod routes)
 )
 
 // Ports the components listen on. The table rows below are the only other
@@ -66,18 +67,20 @@ func (h Health) URL(host string) string {
 type Binary struct {
 	Name string // name in the release set (pkg/release): "etcd", "kubectl", ...
 	Path string // where it goes on the host
-	// Tool: a command for people (etcdctl, kubectl); replacing it restarts nothing.
-	Tool bool
+	// NoRestart: replacing it restarts nothing (etcdctl, kubectl, runc:
+	// each container start runs the binary anew).
+	NoRestart bool
+
+	bridgeOnly bool // only with network.cni bridge (the bridge CNI's plugins)
 }
 
 // Copy is a file a component needs that is copied from the state directory.
 type Copy struct {
 	Path string // on the host
 	Kind SourceKind
-	// Name is the PKI, key or kubeconfig name; PerHost appends "-<host>"
-	// (etcd-server-controller-1), each host holding only its own.
-	Name    string
-	PerHost bool
+	// Name is the PKI, key or kubeconfig name; "{host}" is replaced by
+	// the host's name (etcd-server-{host}): each host holds only its own.
+	Name string
 	// NoRestart: the component does not read it (admin.kubeconfig is for
 	// people), so a change restarts nothing.
 	NoRestart bool
@@ -109,20 +112,44 @@ type Component struct {
 	unit    unitData // everything in the unit but ExecStart and its arguments
 	version func(inv *inventory.Inventory) *version.Version
 	flags   func(inv *inventory.Inventory, h inventory.Host) []flagDef
+	// enabled says whether a host of the row's role runs it (nil: always).
+	enabled func(r *renderer, h inventory.Host) bool
+	// unitFile renders a unit that is not a binary with flags (nil: the
+	// systemd.service.tmpl with unit, Exec and the flags).
+	unitFile func(r *renderer, h inventory.Host) ([]byte, []Setting, error)
 }
 
 // Config is a config file rendered for a component.
 type Config struct {
-	Path   string
-	render func(r *renderer, h inventory.Host) ([]byte, error)
+	Path string
+	// NoRestart: the component picks changes up by itself (containerd
+	// watches the CNI directory) or never reads it (crictl's config).
+	NoRestart bool
+	// render returns the content (nil: not on this host) and its settings
+	// with their reasons, for --explain.
+	render func(r *renderer, h inventory.Host) ([]byte, []Setting, error)
 }
 
-// Exec is the path of the binary the unit runs.
-func (c Component) Exec() string { return c.Binaries[0].Path }
+// Exec is the path of the binary the unit runs ("" for the pod routes,
+// which run ip).
+func (c Component) Exec() string {
+	if len(c.Binaries) == 0 {
+		return ""
+	}
+	return c.Binaries[0].Path
+}
+
+// RunsOn reports whether hosts of role run the component (if enabled there).
+func (c Component) RunsOn(role Role) bool { return c.Role == role || c.Role == EveryHost }
 
 // Version is the version of the component the inventory asks for (nil if
-// the inventory has none parsed).
-func (c Component) Version(inv *inventory.Inventory) *version.Version { return c.version(inv) }
+// the inventory has none parsed, or for the pod routes, which have none).
+func (c Component) Version(inv *inventory.Inventory) *version.Version {
+	if c.version == nil {
+		return nil
+	}
+	return c.version(inv)
+}
 
 func k8sVersion(inv *inventory.Inventory) *version.Version  { return inv.K8s }
 func etcdVersion(inv *inventory.Inventory) *version.Version { return inv.Etcd }
@@ -131,13 +158,11 @@ func etcdVersion(inv *inventory.Inventory) *version.Version { return inv.Etcd }
 // a variable, so that no caller can change it for everyone else.
 func Components() []Component {
 	bin := func(name string) Binary { return Binary{Name: name, Path: BinPath(name)} }
-	tool := func(name string) Binary { return Binary{Name: name, Path: BinPath(name), Tool: true} }
+	tool := func(name string) Binary { return Binary{Name: name, Path: BinPath(name), NoRestart: true} }
 	cert := func(path, name string) Copy { return Copy{Path: path, Kind: SourceCert, Name: name} }
 	key := func(path, name string) Copy { return Copy{Path: path, Kind: SourceKey, Name: name} }
 	kc := func(path, name string) Copy { return Copy{Path: path, Kind: SourceKubeconfig, Name: name} }
-	hostCert := func(path, name string) Copy { return Copy{Path: path, Kind: SourceCert, Name: name, PerHost: true} }
-	hostKey := func(path, name string) Copy { return Copy{Path: path, Kind: SourceKey, Name: name, PerHost: true} }
-	return []Component{
+	return append([]Component{
 		{
 			Name: Etcd, Unit: Etcd + ".service", Role: ControlPlane, Process: "etcd",
 			Binaries: []Binary{bin("etcd"), tool("etcdctl"), tool("etcdutl")},
@@ -150,8 +175,8 @@ func Components() []Component {
 			Dirs:   []Dir{{EtcdDir, ModePriv, Owner}, {EtcdDataDir, ModePriv, Owner}},
 			Files: []Copy{
 				cert(EtcdCACert, "ca"),
-				hostCert(EtcdServerCert, "etcd-server"), hostKey(EtcdServerKey, "etcd-server"),
-				hostCert(EtcdPeerCert, "etcd-peer"), hostKey(EtcdPeerKey, "etcd-peer"),
+				cert(EtcdServerCert, "etcd-server-{host}"), key(EtcdServerKey, "etcd-server-{host}"),
+				cert(EtcdPeerCert, "etcd-peer-{host}"), key(EtcdPeerKey, "etcd-peer-{host}"),
 			},
 			unit: unitData{Description: "etcd key-value store", Documentation: "https://etcd.io/docs/",
 				After: []string{"network-online.target"}, Wants: []string{"network-online.target"},
@@ -224,7 +249,7 @@ func Components() []Component {
 				After:         []string{"kube-apiserver.service"}, Type: "simple"},
 			version: k8sVersion, flags: func(*inventory.Inventory, inventory.Host) []flagDef { return schedulerFlags() },
 		},
-	}
+	}, workerComponents()...)
 }
 
 // Lookup returns the row of the named component.
@@ -247,7 +272,10 @@ func MustLookup(name string) Component {
 	return c
 }
 
-// Names are the components of a role, in start order.
+// Names are the components of exactly that role, in start order
+// (Names(ControlPlane): etcd and the three control-plane services). A
+// host's own list, with the pod routes where it has some, is its
+// Manifest.Components.
 func Names(role Role) []string {
 	var out []string
 	for _, c := range Components() {

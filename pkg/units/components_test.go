@@ -19,6 +19,10 @@ func TestComponentTable(t *testing.T) {
 		APIServer:         {ControlPlane, "kube-apiserver", "https://127.0.0.1:6443/readyz", []int{6443}},
 		ControllerManager: {ControlPlane, "kube-controller", "https://127.0.0.1:10257/healthz", []int{10257}},
 		Scheduler:         {ControlPlane, "kube-scheduler", "https://127.0.0.1:10259/healthz", []int{10259}},
+		Containerd:        {Worker, "containerd", "", nil},
+		Kubelet:           {Worker, "kubelet", "http://127.0.0.1:10248/healthz", []int{10250, 10248}},
+		KubeProxy:         {Worker, "kube-proxy", "http://127.0.0.1:10256/healthz", []int{10256, 10249}},
+		PodRoutes:         {EveryHost, "", "", nil},
 	}
 	ports := map[int]string{}
 	var names []string
@@ -27,14 +31,23 @@ func TestComponentTable(t *testing.T) {
 		if c.Unit != c.Name+".service" || UnitPath(c.Name) != UnitDir+"/"+c.Unit {
 			t.Errorf("%s: unit %q", c.Name, c.Unit)
 		}
-		if len(c.Process) == 0 || len(c.Process) > 15 || !strings.HasPrefix(c.Name, c.Process) {
-			t.Errorf("%s: process name %q: comm is the binary name cut to 15 characters", c.Name, c.Process)
-		}
-		if len(c.Binaries) == 0 || c.Binaries[0].Tool || !strings.HasSuffix(c.Exec(), "/"+c.Name) {
-			t.Errorf("%s: the unit must run its own binary first, got %+v", c.Name, c.Binaries)
-		}
-		if c.version == nil || c.flags == nil {
-			t.Errorf("%s: no version or flags builder", c.Name)
+		if c.unitFile != nil { // the pod routes: a oneshot of ip commands
+			if c.Process != "" || len(c.Binaries) > 0 || c.flags != nil || c.Health.Scheme != "" || c.version != nil {
+				t.Errorf("%s: a unit of its own has no process, binary, flags, health or version", c.Name)
+			}
+		} else {
+			if c.version == nil {
+				t.Errorf("%s: no version", c.Name)
+			}
+			if len(c.Process) == 0 || len(c.Process) > 15 || !strings.HasPrefix(c.Name, c.Process) {
+				t.Errorf("%s: process name %q: comm is the binary name cut to 15 characters", c.Name, c.Process)
+			}
+			if len(c.Binaries) == 0 || c.Binaries[0].NoRestart || !strings.HasSuffix(c.Exec(), "/"+c.Name) {
+				t.Errorf("%s: the unit must run its own binary first, got %+v", c.Name, c.Binaries)
+			}
+			if c.flags == nil {
+				t.Errorf("%s: no flags builder", c.Name)
+			}
 		}
 		if c.Kubeconfig != "" && !slices.ContainsFunc(c.Files, func(f Copy) bool { return f.Path == c.Kubeconfig && f.Kind == SourceKubeconfig }) {
 			t.Errorf("%s: kubeconfig %s is not one of its files", c.Name, c.Kubeconfig)
@@ -60,8 +73,11 @@ func TestComponentTable(t *testing.T) {
 			t.Errorf("%s: role %s process %s health %s ports %v; want %+v", c.Name, c.Role, c.Process, c.Health.URL("127.0.0.1"), got, w)
 		}
 	}
-	if !slices.Equal(names[:4], []string{Etcd, APIServer, ControllerManager, Scheduler}) {
+	if !slices.Equal(names, []string{Etcd, APIServer, ControllerManager, Scheduler, Containerd, Kubelet, KubeProxy, PodRoutes}) {
 		t.Errorf("start order %v", names)
+	}
+	if got := Names(Worker); !slices.Equal(got, names[4:7]) {
+		t.Errorf("Names(Worker) = %v", got)
 	}
 	if got := Names(ControlPlane); !slices.Equal(got, names[:4]) {
 		t.Errorf("Names(ControlPlane) = %v", got)

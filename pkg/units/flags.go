@@ -189,7 +189,7 @@ func apiserverFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		{"", "kubelet-client-certificate", KubeletClientCert, "certificate for logs/exec/port-forward on kubelets (CN kube-apiserver-kubelet-client, bound by RBAC)"},
 		{"", "kubelet-client-key", KubeletClientKey, "key of the kubelet client certificate"},
 		{"", "kubelet-certificate-authority", CACert, "verify kubelets' serving certificates instead of trusting any"},
-		{"", "kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname", "reach kubelets by IP: hard-way hosts often lack DNS for node names"},
+		{"", "kubelet-preferred-address-types", "InternalIP,Hostname", "reach kubelets by their --node-ip: hard-way hosts often lack DNS for node names (and have no ExternalIP)"},
 		{"", "encryption-provider-config", EncryptionConfig, "encrypt Secrets at rest in etcd"},
 		{">= 1.26.0", "encryption-provider-config-automatic-reload", "true", "pick up a rotated encryption key without a restart"},
 		{"", "requestheader-client-ca-file", FrontProxyCACert, "aggregation layer: trust the front-proxy CA for requests proxied to extension apiservers"},
@@ -218,7 +218,7 @@ func controllerManagerFlags(inv *inventory.Inventory) []flagDef {
 		{"", "use-service-account-credentials", "true", "each controller uses its own service account, so RBAC applies per controller"},
 		{"", "controllers", "*,bootstrapsigner,tokencleaner", "the default controllers plus the two bootstrap-token ones"},
 		{"", "cluster-name", inv.Cluster, "prefix of cloud resources and the name in signed kubeconfigs"},
-		{"", "allocate-node-cidrs", "true", "give each node a slice of the pod network"},
+		allocateNodeCIDRs(inv),
 		{"", "cluster-cidr", inv.Network.PodCIDR, "the pod network that node slices come from"},
 		{"", "service-cluster-ip-range", inv.Network.ServiceCIDR, "must match the apiserver's"},
 		{"", "client-ca-file", CACert, "authenticate client certificates signed by the cluster CA"},
@@ -228,6 +228,17 @@ func controllerManagerFlags(inv *inventory.Inventory) []flagDef {
 		{"", "cluster-signing-key-file", CAKey, "key of the cluster CA, for CSR signing"},
 		{"", "service-account-private-key-file", ServiceAccountKey, "sign legacy service-account token secrets with the same key as the apiserver"},
 	}
+}
+
+// allocateNodeCIDRs: with hardway's bridge CNI, hardway gives each worker
+// its subnet (state pod-subnets.yaml) and writes it into the CNI config; the
+// controller-manager would pick its own, in the order nodes register, and
+// the Node's podCIDR would then differ from the pods' real addresses.
+func allocateNodeCIDRs(inv *inventory.Inventory) flagDef {
+	if inv.Network.CNI == inventory.CNINone {
+		return flagDef{"", "allocate-node-cidrs", "true", "give each node a slice of the pod network (network.cni none: your CNI may read it)"}
+	}
+	return flagDef{"", "allocate-node-cidrs", "false", "hardway allocates each worker's pod subnet (pod-subnets.yaml) for the bridge CNI; a second allocator would disagree"}
 }
 
 func schedulerFlags() []flagDef {

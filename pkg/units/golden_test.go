@@ -32,7 +32,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ms, err := Render(inv)
+			ms, err := render(t, inv)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -29,18 +29,44 @@ const (
 // (types, feature-gate names) before printing help.
 func TestFlagsAgainstRealBinaries(t *testing.T) {
 	inv := newInventory(t, mirrorK8s, mirrorEtcd)
-	ms, err := Render(inv)
+	ms, err := render(t, inv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := ms[0]
-	for _, c := range Names(ControlPlane) {
+	// A container-host worker renders every worker flag there is.
+	wms, err := render(t, workerInventory(t, mirrorK8s, "", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := wms[len(wms)-1]
+	for _, c := range append(Names(ControlPlane), Kubelet, KubeProxy) {
+		m := ms[0]
+		if MustLookup(c).Role == Worker {
+			m = worker
+		}
 		t.Run(c, func(t *testing.T) {
+			if len(m.Flags[c]) == 0 {
+				t.Fatalf("%s: no flags rendered", c)
+			}
 			bin := realBinary(t, c)
 			for _, p := range checkFlags(t, bin, c, m.Flags[c]) {
 				t.Error(p)
 			}
 		})
+	}
+}
+
+// The same check for a worker binary: a flag kubelet does not know fails.
+func TestFlagsAgainstRealKubeletCatchesWrongFlags(t *testing.T) {
+	bin := realBinary(t, Kubelet)
+	inv := workerInventory(t, mirrorK8s, "", false)
+	flags, err := Flags(inv, inv.Workers[0], Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs := strings.Join(checkFlags(t, bin, Kubelet, append(slices.Clone(flags), Flag{Name: "network-plugin", Value: "cni"})), "\n")
+	if !strings.Contains(probs, "rejects the rendered command line") {
+		t.Errorf("--network-plugin (removed in 1.24): want a parse failure, got %q", probs)
 	}
 }
 

@@ -75,13 +75,18 @@ type Dir struct {
 // Manifest is everything one control-plane host needs, sorted by path.
 type Manifest struct {
 	Host string
-	// Components are the services the host runs, in start order.
+	Role Role // ControlPlane or Worker
+	// Components are the services the host runs, in start order: what
+	// 'hardway up' starts and verify checks there.
 	Components []string
 	Dirs       []Dir
 	Files      []File
 	// Flags are each component's command-line flags with the reason for
 	// each, as rendered into its unit (for --explain).
 	Flags map[string][]Flag
+	// Settings are the keys of each component's rendered config files
+	// (and the pod routes) with the reason for each, for --explain.
+	Settings map[string][]Setting
 	// Versions are the versions the flags were chosen for, per component.
 	Versions map[string]string
 }

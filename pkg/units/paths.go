@@ -59,6 +59,31 @@ const (
 // state directory from one.
 const FrontProxyCAKey = KubeDir + "/front-proxy-ca.key"
 
+// Where things live on a worker.
+const (
+	SbinDir       = "/usr/local/sbin" // runc, where containerd's docs put it
+	CNIBinDir     = "/opt/cni/bin"    // CNI plugins: containerd's default bin dir
+	CNIConfDir    = "/etc/cni/net.d"  // CNI configs: containerd's default conf dir
+	ContainerdDir = "/etc/containerd"
+	KubeletDir    = "/var/lib/kubelet"    // kubelet's root dir; its certs and kubeconfig, as in the tutorial
+	KubeProxyDir  = "/var/lib/kube-proxy" // kube-proxy's kubeconfig
+	// ImageDir holds image tarballs (docker-archive) for hosts that cannot
+	// pull: 'hardway up' imports them into containerd.
+	ImageDir = "/var/lib/hardway/images"
+
+	ContainerdConfig    = ContainerdDir + "/config.toml"
+	ContainerdSocket    = "/run/containerd/containerd.sock"
+	CrictlConfig        = "/etc/crictl.yaml"
+	KubeletConfig       = ConfigDir + "/kubelet.yaml"
+	KubeletKubeconfig   = KubeletDir + "/kubeconfig"
+	KubeletCert         = KubeletDir + "/kubelet.crt" // from kubelet-<host>.crt
+	KubeletKey          = KubeletDir + "/kubelet.key"
+	KubeletCACert       = KubeletDir + "/ca.crt"
+	KubeProxyKubeconfig = KubeProxyDir + "/kubeconfig"
+	BridgeConflist      = CNIConfDir + "/10-bridge.conflist"
+	LoopbackConf        = CNIConfDir + "/99-loopback.conf"
+)
+
 // File modes. Keys, kubeconfigs (they embed a client key) and the
 // encryption config (it holds the data key) are secrets.
 const (

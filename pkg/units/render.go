@@ -1,15 +1,19 @@
-// Package units renders what a control-plane host runs: the systemd units of
-// etcd, kube-apiserver, kube-controller-manager and kube-scheduler, their
-// config files, and the manifest of every file the host needs.
+// Package units renders what each host runs: the systemd units of etcd,
+// kube-apiserver, kube-controller-manager and kube-scheduler on control-plane
+// hosts, of containerd, kubelet and kube-proxy on workers, the pod routes on
+// every host, their config files, and the manifest of every file a host
+// needs.
 //
-// Flags are data (flags.go), gated by version constraints and asserted by
-// table tests; the templates in templates/ only lay files out. The same
-// inventory always renders byte-identical files.
+// Every fact about a component is a row of one table (components.go). Flags
+// and config settings are data, gated by version constraints and asserted
+// by table tests; the templates in templates/ only lay files out. The same
+// inputs always render byte-identical files.
 package units
 
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"text/template"
@@ -32,6 +36,12 @@ type unitData struct {
 	LimitNOFILE   int
 	// EnvironmentFile is read if it exists ("-" prefix): see EtcdJoinEnv.
 	EnvironmentFile string
+	Requires        []string // stop with these (the kubelet without containerd is no use)
+	// Delegate and KillMode=process: containerd's shims and containers live
+	// in its cgroup and must survive a containerd restart.
+	Delegate  bool
+	KillMode  string
+	Unlimited []string // LimitNPROC, LimitCORE, TasksMax: =infinity
 }
 
 // apiVersions picks each config file's apiVersion by Kubernetes version.
@@ -48,10 +58,15 @@ func apiVersions(k8s *version.Version) (scheduler, audit string, err error) {
 type renderer struct {
 	tmpl *template.Template
 	inv  *inventory.Inventory
+	pods map[string]netip.Prefix
 }
 
-// Render returns the manifest of every control-plane host, in inventory order.
-func Render(inv *inventory.Inventory) ([]Manifest, error) {
+// Render returns the manifest of every host: the control-plane hosts, then
+// the workers, in inventory order. pods is each worker's pod subnet
+// (pkg/podnet: loaded from and saved to the state directory by the caller,
+// so that Render stays a pure function of its inputs); with network.cni
+// none it may be empty.
+func Render(inv *inventory.Inventory, pods map[string]netip.Prefix) ([]Manifest, error) {
 	tmpl, err := template.New("").Option("missingkey=error").ParseFS(templates.FS, "*.tmpl")
 	if err != nil {
 		return nil, fmt.Errorf("parse templates: %w", err)
@@ -59,14 +74,22 @@ func Render(inv *inventory.Inventory) ([]Manifest, error) {
 	if inv.K8s == nil || inv.Etcd == nil {
 		return nil, fmt.Errorf("render: inventory has no parsed Kubernetes or etcd version")
 	}
-	r := &renderer{tmpl: tmpl, inv: inv}
+	if err := checkSubnets(inv, pods); err != nil {
+		return nil, fmt.Errorf("render: %w", err)
+	}
+	r := &renderer{tmpl: tmpl, inv: inv, pods: pods}
 	var out []Manifest
-	for _, h := range inv.ControlPlane {
-		m, err := r.host(h, ControlPlane)
-		if err != nil {
-			return nil, fmt.Errorf("render %s: %w", h.Name, err)
+	for _, g := range []struct {
+		role  Role
+		hosts []inventory.Host
+	}{{ControlPlane, inv.ControlPlane}, {Worker, inv.Workers}} {
+		for _, h := range g.hosts {
+			m, err := r.host(h, g.role)
+			if err != nil {
+				return nil, fmt.Errorf("render %s: %w", h.Name, err)
+			}
+			out = append(out, m)
 		}
-		out = append(out, m)
 	}
 	return out, nil
 }
@@ -79,25 +102,27 @@ func (r *renderer) execute(name string, data any) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-func renderSchedulerConfig(r *renderer, _ inventory.Host) ([]byte, error) {
+func renderSchedulerConfig(r *renderer, _ inventory.Host) ([]byte, []Setting, error) {
 	schedAPI, _, err := apiVersions(r.inv.K8s)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return r.execute("kube-scheduler.yaml.tmpl", map[string]string{"APIVersion": schedAPI, "Kubeconfig": SchedulerKube})
+	b, err := r.execute("kube-scheduler.yaml.tmpl", map[string]string{"APIVersion": schedAPI, "Kubeconfig": SchedulerKube})
+	return b, nil, err
 }
 
-func renderAuditPolicy(r *renderer, _ inventory.Host) ([]byte, error) {
+func renderAuditPolicy(r *renderer, _ inventory.Host) ([]byte, []Setting, error) {
 	_, auditAPI, err := apiVersions(r.inv.K8s)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return r.execute("audit-policy.yaml.tmpl", map[string]string{"APIVersion": auditAPI})
+	b, err := r.execute("audit-policy.yaml.tmpl", map[string]string{"APIVersion": auditAPI})
+	return b, nil, err
 }
 
 // host renders the manifest of host h, which runs the components of role.
 func (r *renderer) host(h inventory.Host, role Role) (Manifest, error) {
-	m := Manifest{Host: h.Name, Flags: map[string][]Flag{}, Versions: map[string]string{}}
+	m := Manifest{Host: h.Name, Role: role, Flags: map[string][]Flag{}, Settings: map[string][]Setting{}, Versions: map[string]string{}}
 	files := map[string]*File{}
 	add := func(f File) error {
 		old, ok := files[f.Path]
@@ -114,36 +139,55 @@ func (r *renderer) host(h inventory.Host, role Role) (Manifest, error) {
 	}
 	dirs := map[string]Dir{}
 	for _, c := range Components() {
-		if c.Role != role {
+		if !c.RunsOn(role) || c.enabled != nil && !c.enabled(r, h) {
 			continue
 		}
 		m.Components = append(m.Components, c.Name)
-		flags, err := c.hostFlags(r.inv, h)
-		if err != nil {
-			return m, err
+		if c.version != nil {
+			m.Versions[c.Name] = "v" + c.version(r.inv).String()
 		}
-		m.Flags[c.Name] = flags
-		m.Versions[c.Name] = "v" + c.version(r.inv).String()
-		d := c.unit
-		d.ExecStart = c.Exec()
-		d.Args = Args(flags)
-		b, err := r.execute("systemd.service.tmpl", d)
-		if err != nil {
-			return m, err
+		var b []byte
+		if c.unitFile != nil {
+			var settings []Setting
+			var err error
+			if b, settings, err = c.unitFile(r, h); err != nil {
+				return m, err
+			}
+			m.Settings[c.Name] = append(m.Settings[c.Name], settings...)
+		} else {
+			flags, err := c.hostFlags(r.inv, h)
+			if err != nil {
+				return m, err
+			}
+			m.Flags[c.Name] = flags
+			d := c.unit
+			d.ExecStart = c.Exec()
+			d.Args = Args(flags)
+			if b, err = r.execute("systemd.service.tmpl", d); err != nil {
+				return m, err
+			}
 		}
 		if err := add(File{Path: UnitPath(c.Name), Mode: ModePublic, Owner: Owner, Components: []string{c.Name}, Content: b}); err != nil {
 			return m, err
 		}
 		for _, cf := range c.Configs {
-			b, err := cf.render(r, h)
+			b, settings, err := cf.render(r, h)
 			if err != nil {
 				return m, err
 			}
-			if err := add(File{Path: cf.Path, Mode: ModePublic, Owner: Owner, Components: []string{c.Name}, Content: b}); err != nil {
+			if b == nil {
+				continue
+			}
+			m.Settings[c.Name] = append(m.Settings[c.Name], settings...)
+			var comps []string
+			if !cf.NoRestart {
+				comps = []string{c.Name}
+			}
+			if err := add(File{Path: cf.Path, Mode: ModePublic, Owner: Owner, Components: comps, Content: b}); err != nil {
 				return m, err
 			}
 		}
-		for _, f := range c.copied(h) {
+		for _, f := range r.copied(c, h) {
 			if err := add(f); err != nil {
 				return m, err
 			}
@@ -174,7 +218,7 @@ func (r *renderer) host(h inventory.Host, role Role) (Manifest, error) {
 
 // copied are the component's files that come from the state directory or
 // the release cache rather than a template.
-func (c Component) copied(h inventory.Host) []File {
+func (r *renderer) copied(c Component, h inventory.Host) []File {
 	var out []File
 	restart := func(no bool) []string {
 		if no {
@@ -183,14 +227,14 @@ func (c Component) copied(h inventory.Host) []File {
 		return []string{c.Name}
 	}
 	for _, b := range c.Binaries {
-		out = append(out, File{Path: b.Path, Mode: ModeExec, Owner: Owner, Components: restart(b.Tool),
+		if b.bridgeOnly && r.inv.Network.CNI == inventory.CNINone {
+			continue
+		}
+		out = append(out, File{Path: b.Path, Mode: ModeExec, Owner: Owner, Components: restart(b.NoRestart),
 			Source: &Source{Kind: SourceBinary, Name: b.Name}})
 	}
 	for _, f := range c.Files {
-		name := f.Name
-		if f.PerHost {
-			name += "-" + h.Name
-		}
+		name := strings.ReplaceAll(f.Name, "{host}", h.Name)
 		mode := ModePublic
 		switch f.Kind {
 		case SourceKey, SourceKubeconfig, SourceEncryptionConfig:
@@ -198,6 +242,14 @@ func (c Component) copied(h inventory.Host) []File {
 		}
 		out = append(out, File{Path: f.Path, Mode: mode, Owner: Owner, Components: restart(f.NoRestart),
 			Source: &Source{Kind: f.Kind, Name: name}})
+	}
+	if c.Name == Containerd {
+		// Image tarballs for hosts that cannot pull; a later step imports
+		// them (nothing restarts). The release set knows them as image:<name>.
+		for _, name := range r.images() {
+			out = append(out, File{Path: ImagePath(name), Mode: ModePublic, Owner: Owner,
+				Source: &Source{Kind: SourceBinary, Name: "image:" + name}})
+		}
 	}
 	return out
 }

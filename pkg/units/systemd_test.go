@@ -15,7 +15,7 @@ import (
 // every service depends on) plus a stub executable at each binary path the
 // manifest installs. A unit whose ExecStart names any other binary still
 // fails verify, as it would on the host.
-func systemdRoot(t *testing.T, m Manifest) string {
+func systemdRoot(t *testing.T, ms ...Manifest) string {
 	t.Helper()
 	root := t.TempDir()
 	var src string
@@ -31,11 +31,17 @@ func systemdRoot(t *testing.T, m Manifest) string {
 	if err := copyTree(src, filepath.Join(root, "usr/lib/systemd/system")); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range m.Files {
-		if f.Source == nil || f.Source.Kind != SourceBinary {
-			continue
+	// ip is the host's own (iproute2), for the pod routes unit.
+	bins := []string{ipCommand}
+	for _, m := range ms {
+		for _, f := range m.Files {
+			if f.Source != nil && f.Source.Kind == SourceBinary {
+				bins = append(bins, f.Path)
+			}
 		}
-		p := filepath.Join(root, f.Path)
+	}
+	for _, b := range bins {
+		p := filepath.Join(root, b)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -127,26 +133,27 @@ func hostUnits(m Manifest) map[string][]byte {
 
 func TestSystemdAnalyzeVerify(t *testing.T) {
 	// Binary names do not depend on the version: one root serves all cases.
-	base, err := Render(newInventory(t, "1.36", ""))
+	base, err := render(t, newInventory(t, "1.36", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := systemdRoot(t, base[0])
+	root := systemdRoot(t, base...)
 	for _, v := range supported {
 		t.Run(v.k8s+"/"+v.etcd, func(t *testing.T) {
-			ms, err := Render(newInventory(t, v.k8s, v.etcd))
+			ms, err := render(t, newInventory(t, v.k8s, v.etcd))
 			if err != nil {
 				t.Fatal(err)
 			}
 			// Hosts differ only in addresses (checkArg vets those); every host
 			// for the acceptance versions, the first one for the rest.
 			if v.k8s != "1.30" && v.k8s != "1.37" {
-				ms = ms[:1]
+				ms = []Manifest{ms[0], ms[3]}
 			}
 			for _, m := range ms {
 				u := hostUnits(m)
-				if len(u) != 4 {
-					t.Fatalf("%s: %d units, want 4", m.Host, len(u))
+				// 4 control-plane units or 3 worker units, plus the pod routes.
+				if want := map[Role]int{ControlPlane: 5, Worker: 4}[m.Role]; len(u) != want {
+					t.Fatalf("%s: %d units, want %d", m.Host, len(u), want)
 				}
 				if out := verify(t, root, u); out != "" {
 					t.Errorf("%s: systemd-analyze verify:\n%s", m.Host, out)
@@ -159,7 +166,7 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 // The check above is only worth something if it can fail: each deliberately
 // broken unit must make systemd-analyze say something.
 func TestSystemdAnalyzeVerifyCatchesBadUnits(t *testing.T) {
-	ms, err := Render(newInventory(t, "1.36", ""))
+	ms, err := render(t, newInventory(t, "1.36", ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,17 +32,31 @@ func WriteTree(dir string, ms []Manifest) error {
 	return nil
 }
 
-// Explain writes, per host and component, one line per flag: the flag and
-// why it is there.
+// Explain writes, per host and component, one line per flag and per
+// config setting: the flag or setting and why it is there.
 func Explain(w io.Writer, ms []Manifest) error {
 	for _, m := range ms {
 		if _, err := fmt.Fprintf(w, "# %s\n", m.Host); err != nil {
 			return err
 		}
 		for _, c := range m.Components {
-			fmt.Fprintf(w, "## %s %s\n", c, m.Versions[c])
+			if v := m.Versions[c]; v != "" {
+				fmt.Fprintf(w, "## %s %s\n", c, v)
+			} else {
+				fmt.Fprintf(w, "## %s\n", c)
+			}
 			for _, f := range m.Flags[c] {
 				if _, err := fmt.Fprintf(w, "%-70s %s\n", f.Arg(), f.Reason); err != nil {
+					return err
+				}
+			}
+			file := ""
+			for _, s := range m.Settings[c] {
+				if s.File != file {
+					file = s.File
+					fmt.Fprintf(w, "### %s\n", file)
+				}
+				if _, err := fmt.Fprintf(w, "%-70s %s\n", s.Text(), s.Reason); err != nil {
 					return err
 				}
 			}

@@ -3,7 +3,6 @@ package units
 import (
 	"bytes"
 	"fmt"
-	"io/fs"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/hashicorp/go-version"
 
 	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/podnet"
 )
 
 // newInventory builds a loaded 3-host inventory; etcd "" takes the default
@@ -26,6 +26,7 @@ controlPlane:
   - {name: controller-3, address: 10.240.0.13}
 workers:
   - {name: worker-1, address: 10.240.0.21}
+  - {name: worker-2, address: 10.240.0.22}
 `, k8s)
 	if etcd != "" {
 		src += fmt.Sprintf("etcdVersion: %q\n", etcd)
@@ -35,6 +36,27 @@ workers:
 		t.Fatalf("inventory: %v", err)
 	}
 	return inv
+}
+
+// subnets allocates the workers' pod subnets as 'hardway up' does on a
+// fresh state directory.
+func subnets(t testing.TB, inv *inventory.Inventory) podnet.Allocation {
+	t.Helper()
+	var names []string
+	for _, w := range inv.Workers {
+		names = append(names, w.Name)
+	}
+	a, _, err := podnet.Allocate(nil, names, inv.Network.PodNet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// render is Render with the subnets of a fresh allocation.
+func render(t testing.TB, inv *inventory.Inventory) ([]Manifest, error) {
+	t.Helper()
+	return Render(inv, subnets(t, inv))
 }
 
 // supported are the Kubernetes minors with the etcd versions they are
@@ -106,7 +128,7 @@ func TestFlagsPerVersion(t *testing.T) {
 				},
 				ControllerManager: {
 					"cluster-cidr":                     "10.200.0.0/16",
-					"allocate-node-cidrs":              "true",
+					"allocate-node-cidrs":              "false",
 					"service-cluster-ip-range":         "10.32.0.0/24",
 					"cluster-signing-cert-file":        CACert,
 					"cluster-signing-key-file":         CAKey,
@@ -171,16 +193,18 @@ func TestFlagsPerVersion(t *testing.T) {
 }
 
 func TestRenderedContent(t *testing.T) {
-	bad := []string{"--kubelet-https", "--address=", "--port=", "v1beta1", "v1alpha1", "api/all", "${", "--apiserver-count", "--insecure-", "--cloud-provider"}
+	bad := []string{"--kubelet-https", "--address=", "--port=", "v1beta1", "v1alpha1", "api/all", "${", "--apiserver-count", "--insecure-", "--cloud-provider",
+		// lab-only settings (containerHost): none of these hosts is one
+		"failCgroupV1", "restrict_oom_score_adj", "NoNewKeyring", "conntrack-max-per-core"}
 	for _, v := range supported {
 		t.Run(v.k8s+"/"+v.etcd, func(t *testing.T) {
 			inv := newInventory(t, v.k8s, v.etcd)
-			ms, err := Render(inv)
+			ms, err := render(t, inv)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(ms) != 3 {
-				t.Fatalf("%d manifests, want 3", len(ms))
+			if len(ms) != 5 {
+				t.Fatalf("%d manifests, want 3 control-plane hosts and 2 workers", len(ms))
 			}
 			for _, m := range ms {
 				rendered := 0
@@ -192,16 +216,24 @@ func TestRenderedContent(t *testing.T) {
 						rendered++
 					}
 					for _, s := range bad {
+						if s == "v1beta1" && f.Path == KubeletConfig && bytes.HasPrefix(f.Content, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\n")) {
+							continue // the only version of the kubelet's config API
+						}
 						if bytes.Contains(f.Content, []byte(s)) {
 							t.Errorf("%s %s contains %q", m.Host, f.Path, s)
 						}
 					}
-					if strings.HasSuffix(f.Path, ".service") {
+					if strings.HasSuffix(f.Path, ".service") && f.Path != UnitPath(PodRoutes) {
 						checkUnit(t, m.Host+":"+f.Path, f.Content)
 					}
 				}
-				if rendered != 6 {
-					t.Errorf("%s: %d rendered files, want 6", m.Host, rendered)
+				// Control plane: 4 units, scheduler config, audit policy, routes;
+				// workers: 3 units, containerd, crictl, kubelet, 2 CNI, routes.
+				if want := map[Role]int{ControlPlane: 7, Worker: 9}[m.Role]; rendered != want {
+					t.Errorf("%s: %d rendered files, want %d", m.Host, rendered, want)
+				}
+				if m.Role == Worker {
+					continue
 				}
 				f, ok := m.File(UnitPath(APIServer))
 				if !ok || !bytes.Contains(f.Content, []byte("--service-cluster-ip-range=10.32.0.0/24")) {
@@ -265,14 +297,29 @@ func checkUnit(t *testing.T, name string, data []byte) {
 // the host: a unit pointing at a file nobody pushes fails only at start.
 func TestFlagPathsInManifest(t *testing.T) {
 	inv := newInventory(t, "1.36", "")
-	ms, err := Render(inv)
+	ms, err := render(t, inv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := ms[0]
+	for _, m := range []Manifest{ms[0], ms[3]} {
+		flagPathsInManifest(t, m)
+	}
+}
+
+func flagPathsInManifest(t *testing.T, m Manifest) {
 	dirs := map[string]bool{}
 	for _, d := range m.Dirs {
 		dirs[d.Path] = true
+	}
+	for c, settings := range m.Settings {
+		for _, s := range settings {
+			// containerd makes its own root, state dir and socket.
+			if v, ok := s.Value.(string); ok && strings.HasPrefix(v, "/") && !strings.HasSuffix(v, "/containerd") && v != ContainerdSocket {
+				if _, ok := m.File(v); !ok && !dirs[v] {
+					t.Errorf("%s: %s %s=%s: not in the manifest", m.Host, c, s.File, v)
+				}
+			}
+		}
 	}
 	for c, flags := range m.Flags {
 		for _, f := range flags {
@@ -285,35 +332,40 @@ func TestFlagPathsInManifest(t *testing.T) {
 			if f.Name == "audit-log-path" && dirs[AuditLogDir] && strings.HasPrefix(f.Value, AuditLogDir+"/") {
 				continue // written by the apiserver into a directory the manifest creates
 			}
-			t.Errorf("%s --%s=%s: not in the manifest", c, f.Name, f.Value)
+			t.Errorf("%s: %s --%s=%s: not in the manifest", m.Host, c, f.Name, f.Value)
 		}
 	}
-	for _, c := range Names(ControlPlane) {
+	for _, c := range Names(m.Role) {
 		f, ok := m.File(BinPath(c))
 		if !ok || f.Source == nil || f.Source.Kind != SourceBinary || f.Mode != ModeExec {
-			t.Errorf("binary of %s missing from the manifest: %+v", c, f)
+			t.Errorf("%s: binary of %s missing from the manifest: %+v", m.Host, c, f)
 		}
 	}
 }
 
 func TestManifestModes(t *testing.T) {
 	inv := newInventory(t, "1.36", "")
-	ms, err := Render(inv)
+	ms, err := render(t, inv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range ms[2].Files {
-		var want fs.FileMode
-		switch {
-		case strings.HasSuffix(f.Path, ".key"), strings.HasSuffix(f.Path, ".kubeconfig"), f.Path == EncryptionConfig:
-			want = 0o600
-		case strings.HasPrefix(f.Path, BinDir+"/"):
-			want = 0o755
-		default:
-			want = 0o644
-		}
-		if f.Mode != want || f.Owner != Owner {
-			t.Errorf("%s: mode %04o owner %s, want %04o %s", f.Path, f.Mode, f.Owner, want, Owner)
+	for _, m := range ms[2:4] {
+		for _, f := range m.Files {
+			want := ModePublic
+			switch {
+			case f.Source != nil && f.Source.Kind == SourceBinary && !strings.HasPrefix(f.Path, ImageDir+"/"):
+				want = ModeExec
+			case f.Source != nil && (f.Source.Kind == SourceKey || f.Source.Kind == SourceKubeconfig || f.Source.Kind == SourceEncryptionConfig):
+				want = ModeSecret
+			}
+			if strings.HasSuffix(f.Path, ".key") || strings.HasSuffix(f.Path, "kubeconfig") || f.Path == EncryptionConfig {
+				if want != ModeSecret {
+					t.Errorf("%s %s: a secret from %v", m.Host, f.Path, f.Source)
+				}
+			}
+			if f.Mode != want || f.Owner != Owner {
+				t.Errorf("%s %s: mode %04o owner %s, want %04o %s", m.Host, f.Path, f.Mode, f.Owner, want, Owner)
+			}
 		}
 	}
 	for _, tc := range []struct{ path, src string }{
@@ -323,8 +375,18 @@ func TestManifestModes(t *testing.T) {
 		{ServiceAccountPub, "public-key service-account"},
 		{EncryptionConfig, "encryption-config"},
 		{SchedulerKube, "kubeconfig kube-scheduler"},
+		{KubeletCert, "cert kubelet-worker-1"},
+		{KubeletKey, "key kubelet-worker-1"},
+		{KubeletKubeconfig, "kubeconfig worker-1"},
+		{KubeProxyKubeconfig, "kubeconfig kube-proxy"},
+		{CNIBinDir + "/bridge", "binary cni-bridge"},
+		{SbinDir + "/runc", "binary runc"},
 	} {
-		f, ok := ms[2].File(tc.path)
+		m := ms[2] // controller-3, or worker-1 for the worker's files
+		if _, ok := m.File(tc.path); !ok {
+			m = ms[3]
+		}
+		f, ok := m.File(tc.path)
 		if !ok || f.Source == nil || f.Source.String() != tc.src {
 			t.Errorf("%s: source %v, want %s", tc.path, f.Source, tc.src)
 		}
@@ -336,7 +398,7 @@ func TestManifestModes(t *testing.T) {
 
 func TestRestarts(t *testing.T) {
 	inv := newInventory(t, "1.36", "")
-	ms, err := Render(inv)
+	ms, err := render(t, inv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,12 +430,12 @@ func TestRestarts(t *testing.T) {
 }
 
 func TestDeterministic(t *testing.T) {
-	a, err := Render(newInventory(t, "1.37", ""))
+	a, err := render(t, newInventory(t, "1.37", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 5 {
-		b, err := Render(newInventory(t, "1.37", ""))
+		b, err := render(t, newInventory(t, "1.37", ""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -460,8 +522,9 @@ func inventoryVersion(s string) (*version.Version, error) { return version.NewSe
 
 func BenchmarkRender(b *testing.B) {
 	inv := newInventory(b, "1.36", "")
+	pods := subnets(b, inv)
 	for b.Loop() {
-		if _, err := Render(inv); err != nil {
+		if _, err := Render(inv, pods); err != nil {
 			b.Fatal(err)
 		}
 	}

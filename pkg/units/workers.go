@@ -1,0 +1,427 @@
+package units
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/hashicorp/go-version"
+
+	"github.com/hardway/hardway/pkg/inventory"
+)
+
+// Worker components and the pod routes unit.
+const (
+	Containerd = "containerd"
+	Kubelet    = "kubelet"
+	KubeProxy  = "kube-proxy"
+	// PodRoutes is hardway's own oneshot unit: a route to every other
+	// worker's pod subnet, on every host, so they come back after a reboot.
+	PodRoutes = "hardway-pod-routes"
+)
+
+// Ports of the worker components.
+const (
+	KubeletPort          = 10250 // the kubelet API: logs, exec, port-forward (authenticated)
+	KubeletHealthzPort   = 10248 // plain HTTP /healthz, loopback only
+	KubeProxyHealthzPort = 10256 // plain HTTP /healthz
+	KubeProxyMetricsPort = 10249 // loopback only
+)
+
+const (
+	// DefaultPauseImage is the pod sandbox image: containerd 2.4's own
+	// default, pinned so the kubelet never garbage-collects it and an
+	// air-gapped worker never tries to pull it.
+	DefaultPauseImage = "registry.k8s.io/pause:3.10.2"
+	// defaultContainerd is the containerd the worker configs are written
+	// for (config version 3 needs containerd 2.x); the tested row of the
+	// worker table.
+	defaultContainerd = "v2.4.2"
+	// podRouteProto marks hardway's pod routes in the routing table
+	// ('ip route show proto 70'), so stopping the unit removes exactly
+	// them. 70 is not reserved in iproute2's rt_protos.
+	podRouteProto = "70"
+	// ipCommand is iproute2's ip: /sbin/ip on Debian, Ubuntu, Fedora and
+	// Arch alike (a link into /usr where /sbin is merged).
+	ipCommand = "/sbin/ip"
+)
+
+var containerdVersion = version.Must(version.NewVersion(defaultContainerd))
+
+func workerComponents() []Component {
+	bin := func(name string) Binary { return Binary{Name: name, Path: BinPath(name)} }
+	tool := func(name, path string) Binary { return Binary{Name: name, Path: path, NoRestart: true} }
+	cni := func(plugin string) Binary {
+		return Binary{Name: "cni-" + plugin, Path: CNIBinDir + "/" + plugin, NoRestart: true}
+	}
+	return []Component{
+		{
+			Name: Containerd, Unit: Containerd + ".service", Role: Worker, Process: "containerd",
+			Binaries: []Binary{
+				bin(Containerd),
+				// Each pod's shim and runc are started anew: a new binary is
+				// used by the next pod without restarting containerd.
+				tool("containerd-shim-runc-v2", BinPath("containerd-shim-runc-v2")),
+				tool("ctr", BinPath("ctr")), tool("crictl", BinPath("crictl")),
+				tool("runc", SbinDir+"/runc"),
+				// containerd's CRI sets up every pod's loopback with this plugin,
+				// whatever the CNI; the others only for hardway's bridge CNI (with
+				// network.cni none, your CNI installs its own).
+				cni("loopback"), bridgeOnly(cni("bridge")), bridgeOnly(cni("host-local")), bridgeOnly(cni("portmap")),
+			},
+			Configs: []Config{
+				{Path: ContainerdConfig, render: renderContainerdConfig},
+				{Path: CrictlConfig, NoRestart: true, render: renderCrictlConfig},
+				// containerd watches the CNI directory: no restart.
+				{Path: BridgeConflist, NoRestart: true, render: renderBridgeConflist},
+				{Path: LoopbackConf, NoRestart: true, render: renderLoopbackConf},
+			},
+			Dirs: []Dir{{ContainerdDir, ModeDir, Owner}, {CNIConfDir, ModeDir, Owner}, {CNIBinDir, ModeDir, Owner}, {ImageDir, ModeDir, Owner}},
+			unit: unitData{Description: "containerd container runtime", Documentation: "https://containerd.io",
+				After: []string{"network.target", "local-fs.target"}, Type: "notify",
+				// containerd's own unit: the shims and containers live in the
+				// unit's cgroup but must outlive a containerd restart; no
+				// OOMScoreAdjust (a container host cannot lower it, and a real
+				// host does not need it for kubelet-managed pods).
+				Delegate: true, KillMode: "process", Unlimited: []string{"LimitNPROC", "LimitCORE", "TasksMax"}},
+			version: func(*inventory.Inventory) *version.Version { return containerdVersion },
+			flags: func(*inventory.Inventory, inventory.Host) []flagDef {
+				return []flagDef{{"", "config", ContainerdConfig, "the CRI, runc and CNI settings below (config version 3, containerd 2.x)"}}
+			},
+		},
+		{
+			Name: Kubelet, Unit: Kubelet + ".service", Role: Worker, Process: "kubelet",
+			Binaries: []Binary{bin(Kubelet)},
+			Ports: []Port{
+				{Number: KubeletPort, Name: "secure"},
+				{Number: KubeletHealthzPort, Name: "healthz", Loopback: true},
+			},
+			Health: Health{Scheme: "http", Port: KubeletHealthzPort, Path: "/healthz"},
+			Files: []Copy{
+				{Path: KubeletCACert, Kind: SourceCert, Name: "ca"},
+				{Path: KubeletCert, Kind: SourceCert, Name: "kubelet-{host}"},
+				{Path: KubeletKey, Kind: SourceKey, Name: "kubelet-{host}"},
+				{Path: KubeletKubeconfig, Kind: SourceKubeconfig, Name: "{host}"},
+			},
+			Kubeconfig: KubeletKubeconfig,
+			Configs:    []Config{{Path: KubeletConfig, render: renderKubeletConfig}},
+			Dirs:       []Dir{{KubeletDir, ModePriv, Owner}, {ConfigDir, ModeDir, Owner}},
+			unit: unitData{Description: "Kubernetes node agent",
+				Documentation: "https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/",
+				After:         []string{"containerd.service"}, Requires: []string{"containerd.service"}, Type: "simple"},
+			version: k8sVersion, flags: kubeletFlags,
+		},
+		{
+			Name: KubeProxy, Unit: KubeProxy + ".service", Role: Worker, Process: "kube-proxy",
+			Binaries: []Binary{bin(KubeProxy)},
+			Ports: []Port{
+				{Number: KubeProxyHealthzPort, Name: "healthz"},
+				{Number: KubeProxyMetricsPort, Name: "metrics", Loopback: true},
+			},
+			Health:     Health{Scheme: "http", Port: KubeProxyHealthzPort, Path: "/healthz"},
+			Files:      []Copy{{Path: KubeProxyKubeconfig, Kind: SourceKubeconfig, Name: "kube-proxy"}},
+			Kubeconfig: KubeProxyKubeconfig,
+			Dirs:       []Dir{{KubeProxyDir, ModePriv, Owner}},
+			unit: unitData{Description: "Kubernetes network proxy",
+				Documentation: "https://kubernetes.io/docs/reference/command-line-tools-reference/kube-proxy/",
+				After:         []string{"network-online.target"}, Wants: []string{"network-online.target"}, Type: "simple"},
+			version: k8sVersion, flags: kubeProxyFlags,
+		},
+		{
+			Name: PodRoutes, Unit: PodRoutes + ".service", Role: EveryHost,
+			enabled:  func(r *renderer, h inventory.Host) bool { return len(r.routes(h)) > 0 },
+			unitFile: renderRoutesUnit,
+		},
+	}
+}
+
+func kubeletFlags(_ *inventory.Inventory, h inventory.Host) []flagDef {
+	return []flagDef{
+		{"", "config", KubeletConfig, "KubeletConfiguration: authentication, cgroups, DNS, TLS (see below)"},
+		{"", "kubeconfig", KubeletKubeconfig, "register and report as system:node:" + h.Name + " with the node's client certificate"},
+		{"", "node-ip", h.IP(), "the node's InternalIP: the address the apiserver and the pod routes use"},
+		{"", "hostname-override", h.Name, "the Node name must be the certificate's name (system:node:" + h.Name + "), whatever the hostname"},
+	}
+}
+
+func kubeProxyFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
+	mode := inv.Network.KubeProxyMode
+	why := "iptables: works on every kernel hardway supports (the default)"
+	if mode == inventory.ProxyNFTables {
+		why = "nftables: needs Linux 5.13 or later and the nft command on the host"
+	}
+	defs := []flagDef{
+		// Flags, not a config file: KubeProxyConfiguration exists only as
+		// kubeproxy.config.k8s.io/v1alpha1, and hardway uses no alpha API;
+		// these flags are stable and not deprecated.
+		{"", "kubeconfig", KubeProxyKubeconfig, "watch Services and EndpointSlices as system:kube-proxy"},
+		{"", "hostname-override", h.Name, "find this node's Node object by its name, not the hostname"},
+		{"", "cluster-cidr", inv.Network.PodCIDR, "traffic from outside the pod network to a Service is masqueraded"},
+		{"", "proxy-mode", mode, why},
+	}
+	if h.ContainerHost {
+		defs = append(defs, flagDef{"", "conntrack-max-per-core", "0",
+			"containerHost only: leave nf_conntrack_max alone (a global sysctl a container cannot write)"})
+	}
+	return defs
+}
+
+// routes are the routes host h needs: every other worker's pod subnet via
+// that worker's address. None with network.cni none.
+func (r *renderer) routes(h inventory.Host) []Setting {
+	if r.inv.Network.CNI == inventory.CNINone {
+		return nil
+	}
+	var out []Setting
+	for _, w := range r.inv.Workers {
+		if w.Name == h.Name {
+			continue
+		}
+		s, ok := r.pods[w.Name]
+		if !ok {
+			continue // Render checked every worker has one
+		}
+		out = append(out, Setting{File: UnitPath(PodRoutes), Key: s.String(), Value: "via " + w.IP(),
+			Reason: "pods on " + w.Name + " are reached through its address (" + r.inv.Network.PodCIDR + " is split per worker)"})
+	}
+	return out
+}
+
+func renderRoutesUnit(r *renderer, h inventory.Host) ([]byte, []Setting, error) {
+	routes := r.routes(h)
+	var b strings.Builder
+	fmt.Fprintf(&b, `[Unit]
+Description=Routes to the pod subnets of the other workers (hardway)
+Documentation=https://github.com/kelseyhightower/kubernetes-the-hard-way/blob/master/docs/11-pod-network-routes.md
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+`)
+	for _, s := range routes {
+		via := strings.TrimPrefix(s.Value.(string), "via ")
+		if err := checkArg("route", s.Key+via); err != nil {
+			return nil, nil, err
+		}
+		fmt.Fprintf(&b, "ExecStart=%s route replace %s via %s proto %s\n", ipCommand, s.Key, via, podRouteProto)
+	}
+	// Stopping (and so a restart after the worker set changed) removes
+	// exactly the routes this unit added, stale ones included.
+	fmt.Fprintf(&b, "ExecStop=%s route flush proto %s\n", ipCommand, podRouteProto)
+	b.WriteString("Restart=on-failure\nRestartSec=5\n\n[Install]\nWantedBy=multi-user.target\n")
+	return []byte(b.String()), routes, nil
+}
+
+func renderContainerdConfig(r *renderer, h inventory.Host) ([]byte, []Setting, error) {
+	const (
+		images  = "plugins.'io.containerd.cri.v1.images'"
+		runtime = "plugins.'io.containerd.cri.v1.runtime'"
+		runc    = runtime + ".containerd.runtimes.runc"
+	)
+	defs := []settingDef{
+		{"", "", "root", "/var/lib/containerd", "images, snapshots and container state"},
+		{"", "", "state", "/run/containerd", "sockets and runtime state (tmpfs)"},
+		{"", "grpc", "address", ContainerdSocket, "the CRI socket the kubelet's containerRuntimeEndpoint names"},
+		{"", images, "snapshotter", "overlayfs", "container root filesystems as overlay mounts"},
+		{"", images + ".pinned_images", "sandbox", r.pauseImage(), "the pause image every pod starts with; pinned, so never garbage-collected or pulled"},
+	}
+	if h.ContainerHost {
+		defs = append(defs, settingDef{"", runtime, "restrict_oom_score_adj", true,
+			"containerHost only: a container cannot lower oom_score_adj (no CAP_SYS_RESOURCE), so clamp pods to containerd's own"})
+	}
+	defs = append(defs,
+		settingDef{"", runtime + ".containerd", "default_runtime_name", "runc", "every pod runs with runc"},
+		settingDef{"", runc, "runtime_type", "io.containerd.runc.v2", "the runc shim (containerd-shim-runc-v2)"},
+		settingDef{"", runc + ".options", "BinaryName", SbinDir + "/runc", "the runc hardway installs, whatever PATH says"},
+		settingDef{"", runc + ".options", "SystemdCgroup", true, "systemd owns the cgroups, as the kubelet's cgroupDriver: systemd says"},
+	)
+	if h.ContainerHost {
+		defs = append(defs, settingDef{"", runc + ".options", "NoNewKeyring", true,
+			"containerHost only: the container's seccomp filter refuses keyctl(), which runc needs for a session keyring"})
+	}
+	defs = append(defs,
+		settingDef{"", runtime + ".cni", "bin_dirs", []string{CNIBinDir}, "where the CNI plugins are"},
+		settingDef{"", runtime + ".cni", "conf_dir", CNIConfDir, "where the CNI config is (10-bridge.conflist, or your CNI's)"},
+	)
+	settings, err := selectSettings(Containerd, ContainerdConfig, defs, containerdVersion)
+	if err != nil {
+		return nil, nil, err
+	}
+	body := tomlDoc("# Rendered by hardway: containerd 2.x (config version 3).\nversion = 3\n", settings, tomlTables(defs))
+	return body, settings, nil
+}
+
+// pauseImage is the inventory's pause image if it lists one, else the default.
+func (r *renderer) pauseImage() string {
+	for _, name := range r.images() {
+		repo, _, _ := strings.Cut(name, "@")
+		if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+			repo = repo[:i]
+		}
+		if strings.HasSuffix(repo, "/pause") {
+			return name
+		}
+	}
+	return DefaultPauseImage
+}
+
+func renderCrictlConfig(*renderer, inventory.Host) ([]byte, []Setting, error) {
+	settings := []Setting{
+		{File: CrictlConfig, Key: "runtime-endpoint", Value: "unix://" + ContainerdSocket, Reason: "crictl talks to containerd's CRI without guessing sockets"},
+		{File: CrictlConfig, Key: "image-endpoint", Value: "unix://" + ContainerdSocket, Reason: "the same for images"},
+	}
+	b, err := yamlDoc(nil, settings)
+	return b, settings, err
+}
+
+func renderKubeletConfig(r *renderer, h inventory.Host) ([]byte, []Setting, error) {
+	inv := r.inv
+	defs := []settingDef{
+		{"", "", "authentication.anonymous.enabled", false, "no anonymous access to the kubelet API (logs, exec, pods)"},
+		{"", "", "authentication.webhook.enabled", true, "bearer tokens are checked with the apiserver (TokenReview)"},
+		{"", "", "authentication.x509.clientCAFile", KubeletCACert, "client certificates signed by the cluster CA authenticate (the apiserver's apiserver-kubelet-client)"},
+		{"", "", "authorization.mode", "Webhook", "every request is authorized by the apiserver (SubjectAccessReview, RBAC)"},
+		{"", "", "cgroupDriver", "systemd", "systemd owns the cgroups, as containerd's runc SystemdCgroup = true"},
+		{"", "", "clusterDNS", []string{inv.ClusterDNS()}, "pods resolve names through the cluster DNS Service: the 10th address of " + inv.Network.ServiceCIDR},
+		{"", "", "clusterDomain", inv.Network.ClusterDomain, "the DNS suffix of Services (<svc>.<ns>.svc." + inv.Network.ClusterDomain + ")"},
+		{"", "", "containerRuntimeEndpoint", "unix://" + ContainerdSocket, "containerd's CRI socket"},
+		{"", "", "healthzBindAddress", "127.0.0.1", "/healthz on loopback only"},
+		{"", "", "healthzPort", KubeletHealthzPort, "the port 'hardway up' and verify probe"},
+		{"", "", "port", KubeletPort, "the kubelet API the apiserver calls for logs, exec and port-forward"},
+		{"", "", "readOnlyPort", 0, "no unauthenticated read-only API (10255)"},
+	}
+	if s, ok := r.pods[h.Name]; ok && inv.Network.CNI != inventory.CNINone {
+		defs = append(defs, settingDef{"", "", "podCIDR", s.String(), "this node's pod subnet (state pod-subnets.yaml), the same as the bridge CNI's"})
+	}
+	defs = append(defs,
+		settingDef{"", "", "tlsCertFile", KubeletCert, "serving certificate signed by the cluster CA with the node's name and addresses: the apiserver's --kubelet-certificate-authority verifies it"},
+		settingDef{"", "", "tlsPrivateKeyFile", KubeletKey, "key of the serving certificate"},
+	)
+	if h.ContainerHost {
+		// The field exists from 1.31 (its default turned true in 1.35).
+		defs = append(defs, settingDef{">= 1.31.0", "", "failCgroupV1", false,
+			"containerHost only: the lab's machine has cgroup v1 only; a real host on cgroup v1 fails preflight instead"})
+	}
+	settings, err := selectSettings(Kubelet, KubeletConfig, defs, inv.K8s)
+	if err != nil {
+		return nil, nil, err
+	}
+	// v1beta1 is the only version of the kubelet's config API there is.
+	b, err := yamlDoc([][2]string{{"apiVersion", "kubelet.config.k8s.io/v1beta1"}, {"kind", "KubeletConfiguration"}}, settings)
+	return b, settings, err
+}
+
+// cniNet is the CNI network config of 10-bridge.conflist.
+type cniNet struct {
+	CNIVersion string      `json:"cniVersion"`
+	Name       string      `json:"name"`
+	Plugins    []cniPlugin `json:"plugins"`
+}
+
+type cniPlugin struct {
+	Type         string          `json:"type"`
+	Bridge       string          `json:"bridge,omitempty"`
+	IsGateway    bool            `json:"isGateway,omitempty"`
+	IPMasq       bool            `json:"ipMasq,omitempty"`
+	HairpinMode  bool            `json:"hairpinMode,omitempty"`
+	IPAM         *cniIPAM        `json:"ipam,omitempty"`
+	Capabilities map[string]bool `json:"capabilities,omitempty"`
+}
+
+type cniIPAM struct {
+	Type   string                `json:"type"`
+	Ranges [][]map[string]string `json:"ranges"`
+	Routes []map[string]string   `json:"routes"`
+}
+
+// cniVersion is the CNI spec version the configs declare; the plugins
+// hardway installs (v1.x) speak it.
+const cniVersion = "1.0.0"
+
+func renderBridgeConflist(r *renderer, h inventory.Host) ([]byte, []Setting, error) {
+	if r.inv.Network.CNI == inventory.CNINone {
+		return nil, nil, nil
+	}
+	s, ok := r.pods[h.Name]
+	if !ok {
+		return nil, nil, fmt.Errorf("no pod subnet for %s", h.Name)
+	}
+	dflt := "0.0.0.0/0"
+	if s.Addr().Is6() {
+		dflt = "::/0"
+	}
+	net := cniNet{CNIVersion: cniVersion, Name: "bridge", Plugins: []cniPlugin{
+		{Type: "bridge", Bridge: "cni0", IsGateway: true, IPMasq: true, HairpinMode: true,
+			IPAM: &cniIPAM{Type: "host-local", Ranges: [][]map[string]string{{{"subnet": s.String()}}}, Routes: []map[string]string{{"dst": dflt}}}},
+		{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}},
+	}}
+	b, err := json.MarshalIndent(net, "", "  ")
+	if err != nil {
+		return nil, nil, err
+	}
+	f := BridgeConflist
+	settings := []Setting{
+		{File: f, Key: "bridge", Value: "cni0", Reason: "pods on this node share the Linux bridge cni0"},
+		{File: f, Key: "isGateway", Value: true, Reason: "cni0 gets the subnet's first address and is the pods' default gateway"},
+		{File: f, Key: "ipMasq", Value: true, Reason: "pod traffic leaving the pod network is masqueraded to the node's address"},
+		{File: f, Key: "hairpinMode", Value: true, Reason: "a pod reaches itself through its own Service"},
+		{File: f, Key: "ipam.subnet", Value: s.String(), Reason: "host-local hands out this node's own pod subnet (state pod-subnets.yaml)"},
+		{File: f, Key: "portmap", Value: true, Reason: "hostPort mappings"},
+	}
+	return append(b, '\n'), settings, nil
+}
+
+func renderLoopbackConf(r *renderer, _ inventory.Host) ([]byte, []Setting, error) {
+	if r.inv.Network.CNI == inventory.CNINone {
+		return nil, nil, nil
+	}
+	b, err := json.MarshalIndent(map[string]string{"cniVersion": cniVersion, "name": "lo", "type": "loopback"}, "", "  ")
+	return append(b, '\n'), []Setting{{File: LoopbackConf, Key: "type", Value: "loopback", Reason: "the tutorial's loopback network (containerd's CRI sets lo up itself too)"}}, err
+}
+
+func bridgeOnly(b Binary) Binary { b.bridgeOnly = true; return b }
+
+// images are the names of the inventory's image tarballs.
+func (r *renderer) images() []string { return nil }
+
+// ImagePath is where the tarball of image name goes on a worker:
+// registry.k8s.io/pause:3.10.2 -> /var/lib/hardway/images/registry.k8s.io_pause_3.10.2.tar.
+func ImagePath(name string) string {
+	safe := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
+			return r
+		}
+		return '_'
+	}, name)
+	return ImageDir + "/" + safe + ".tar"
+}
+
+// checkSubnets makes sure every worker has a pod subnet inside podCIDR and
+// no two overlap (the allocation comes from the state directory).
+func checkSubnets(inv *inventory.Inventory, pods map[string]netip.Prefix) error {
+	if inv.Network.CNI == inventory.CNINone {
+		return nil
+	}
+	pod := inv.Network.PodNet()
+	seen := map[netip.Prefix]string{}
+	for _, w := range inv.Workers {
+		s, ok := pods[w.Name]
+		if !ok {
+			return fmt.Errorf("worker %s has no pod subnet (allocate with podnet.Allocate first)", w.Name)
+		}
+		if !pod.Contains(s.Addr()) || s.Bits() < pod.Bits() {
+			return fmt.Errorf("worker %s: pod subnet %s is not inside network.podCIDR %s", w.Name, s, pod)
+		}
+		for o, name := range seen {
+			if o.Overlaps(s) {
+				return fmt.Errorf("workers %s and %s: pod subnets %s and %s overlap", name, w.Name, o, s)
+			}
+		}
+		seen[s] = w.Name
+	}
+	return nil
+}

@@ -1,0 +1,204 @@
+package units
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/hardway/hardway/pkg/inventory"
+)
+
+// labOnly are the settings only a container host needs. They must never
+// reach a host without containerHost: true.
+var labOnly = []string{"failCgroupV1", "restrict_oom_score_adj", "NoNewKeyring", "conntrack-max-per-core"}
+
+func workerInventory(t testing.TB, k8s, network string, containerHost bool) *inventory.Inventory {
+	t.Helper()
+	src := fmt.Sprintf(`cluster: lab
+kubernetesVersion: %q
+network: {%s}
+controlPlane:
+  - {name: controller-1, address: 10.240.0.11}
+workers:
+  - {name: worker-1, address: 10.240.0.21, containerHost: %v}
+  - {name: worker-2, address: 10.240.0.22, containerHost: %v}
+`, k8s, network, containerHost, containerHost)
+	inv, err := inventory.Parse("inventory.yaml", "/nonexistent/inventory.yaml", []byte(src))
+	if err != nil {
+		t.Fatalf("inventory: %v", err)
+	}
+	return inv
+}
+
+// containerHost on and off differ only in the lab-only settings, on the
+// workers only, and without it none of them appears anywhere.
+func TestContainerHostOnlyAddsLabSettings(t *testing.T) {
+	for _, v := range supported {
+		t.Run(v.k8s, func(t *testing.T) {
+			off, err := render(t, workerInventory(t, v.k8s, "", false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			on, err := render(t, workerInventory(t, v.k8s, "", true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]bool{}
+			for i := range off {
+				for _, f := range off[i].Files {
+					for _, s := range labOnly {
+						if bytes.Contains(f.Content, []byte(s)) {
+							t.Errorf("%s %s: %s without containerHost", off[i].Host, f.Path, s)
+						}
+					}
+					g, ok := on[i].File(f.Path)
+					if !ok {
+						t.Errorf("%s %s: gone with containerHost", off[i].Host, f.Path)
+						continue
+					}
+					for _, l := range diffLines(f.Content, g.Content) {
+						// The TOML table that holds restrict_oom_score_adj appears with it.
+						if l == "" || l == "[plugins.'io.containerd.cri.v1.runtime']" {
+							continue
+						}
+						if !containsAny(l, labOnly) {
+							t.Errorf("%s %s: containerHost changed %q", off[i].Host, f.Path, l)
+						}
+						for _, s := range labOnly {
+							seen[s] = seen[s] || strings.Contains(l, s)
+						}
+					}
+				}
+				if len(on[i].Files) != len(off[i].Files) {
+					t.Errorf("%s: %d files with containerHost, %d without", on[i].Host, len(on[i].Files), len(off[i].Files))
+				}
+			}
+			for _, s := range labOnly {
+				// failCgroupV1 exists from 1.31; before, cgroup v1 needs nothing.
+				want := s != "failCgroupV1" || v.k8s != "1.30"
+				if seen[s] != want {
+					t.Errorf("containerHost: %s rendered=%v, want %v", s, seen[s], want)
+				}
+			}
+		})
+	}
+}
+
+// diffLines are the lines of b not in a.
+func diffLines(a, b []byte) []string {
+	have := map[string]int{}
+	for _, l := range strings.Split(string(a), "\n") {
+		have[l]++
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if have[l] > 0 {
+			have[l]--
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, x := range subs {
+		if strings.Contains(s, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// Every worker and control-plane host routes every other worker's subnet
+// via that worker; nothing routes a worker's own subnet; cni none: no
+// routes, no CNI config, no bridge plugins, and the controller-manager
+// allocates node CIDRs.
+func TestPodRoutesAndCNI(t *testing.T) {
+	inv := workerInventory(t, "1.36", "", false)
+	pods := subnets(t, inv)
+	ms, err := Render(inv, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		u, ok := m.File(UnitPath(PodRoutes))
+		if !ok {
+			t.Fatalf("%s: no %s", m.Host, PodRoutes)
+		}
+		for _, w := range inv.Workers {
+			line := fmt.Sprintf("ExecStart=/sbin/ip route replace %s via %s proto 70\n", pods[w.Name], w.IP())
+			if got := bytes.Contains(u.Content, []byte(line)); got == (w.Name == m.Host) {
+				t.Errorf("%s: route to %s's subnet present=%v:\n%s", m.Host, w.Name, got, u.Content)
+			}
+		}
+		if m.Role == Worker {
+			c, _ := m.File(BridgeConflist)
+			k, _ := m.File(KubeletConfig)
+			want := `"subnet": "` + pods[m.Host].String() + `"`
+			if !bytes.Contains(c.Content, []byte(want)) || !bytes.Contains(k.Content, []byte("podCIDR: "+pods[m.Host].String()+"\n")) {
+				t.Errorf("%s: CNI or kubelet without the node's subnet %s", m.Host, pods[m.Host])
+			}
+		}
+	}
+
+	none := workerInventory(t, "1.36", "cni: none", false)
+	ms, err = Render(none, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		for _, f := range m.Files {
+			if f.Path == UnitPath(PodRoutes) || strings.HasPrefix(f.Path, CNIConfDir+"/") || f.Path == CNIBinDir+"/bridge" {
+				t.Errorf("cni none: %s gets %s", m.Host, f.Path)
+			}
+			if bytes.Contains(f.Content, []byte("podCIDR")) {
+				t.Errorf("cni none: %s %s sets a podCIDR", m.Host, f.Path)
+			}
+		}
+		if m.Role == Worker {
+			if _, ok := m.File(CNIBinDir + "/loopback"); !ok {
+				t.Errorf("cni none: %s lacks the loopback plugin containerd needs", m.Host)
+			}
+		}
+	}
+	if got := flagMap(t, none, none.ControlPlane[0], ControllerManager)["allocate-node-cidrs"]; got != "true" {
+		t.Errorf("cni none: --allocate-node-cidrs=%s", got)
+	}
+}
+
+func TestRenderChecksSubnets(t *testing.T) {
+	inv := workerInventory(t, "1.36", "", false)
+	pods := subnets(t, inv)
+	delete(pods, "worker-2")
+	if _, err := Render(inv, pods); err == nil || !strings.Contains(err.Error(), "worker-2 has no pod subnet") {
+		t.Errorf("missing subnet: %v", err)
+	}
+	pods = subnets(t, inv)
+	pods["worker-2"] = pods["worker-1"]
+	if _, err := Render(inv, pods); err == nil || !strings.Contains(err.Error(), "overlap") {
+		t.Errorf("overlapping subnets: %v", err)
+	}
+	pods = subnets(t, inv)
+	pods["worker-2"] = netip.MustParsePrefix("10.201.0.0/24")
+	if _, err := Render(inv, pods); err == nil || !strings.Contains(err.Error(), "not inside network.podCIDR") {
+		t.Errorf("subnet outside podCIDR: %v", err)
+	}
+}
+
+func TestKubeProxyMode(t *testing.T) {
+	for _, tc := range []struct{ network, want string }{{"", "iptables"}, {"kubeProxyMode: nftables", "nftables"}} {
+		inv := workerInventory(t, "1.36", tc.network, false)
+		if got := flagMap(t, inv, inv.Workers[0], KubeProxy)["proxy-mode"]; got != tc.want {
+			t.Errorf("%q: --proxy-mode=%s, want %s", tc.network, got, tc.want)
+		}
+	}
+}
+
+func TestImagePath(t *testing.T) {
+	if got := ImagePath("registry.k8s.io/pause:3.10.2"); got != "/var/lib/hardway/images/registry.k8s.io_pause_3.10.2.tar" {
+		t.Errorf("ImagePath = %s", got)
+	}
+}
