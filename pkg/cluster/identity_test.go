@@ -44,7 +44,7 @@ func identitySetup(t *testing.T) (*inventory.Inventory, []*units.Manifest, state
 	if _, err := pki.Generate(t.Context(), inv, st, pki.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	rendered, err := units.Render(inv)
+	rendered, err := units.Render(inv, nil) // control plane only: no pod subnets
 	if err != nil {
 		t.Fatal(err)
 	}
