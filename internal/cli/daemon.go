@@ -71,6 +71,10 @@ previous one kept.
 With --repair, a host whose files drifted or whose units are not running is
 converged by the push, etcd and control-plane steps of 'hardway up', one
 host at a time. Certificates, RBAC and etcd membership are never touched.
+The first repair that fails stops the round and pauses repairs for one
+--interval, doubling with each failure in a row (at most an hour), so a
+change that breaks one host is not carried to the next. An etcd member is
+restarted only while every other member is healthy.
 The daemon never downloads: binaries are compared against the cache.`,
 		Example: `  hardway daemon -i inventory.yaml
   hardway daemon -i inventory.yaml --interval 30s --repair

@@ -67,6 +67,11 @@ type Config struct {
 	Parallel      int           // checks at once; default 4
 	Repair        bool
 	RepairTimeout time.Duration // per host; default 5m
+	// RepairBackoff is how long repairs pause after the first failed one
+	// (default Interval); it doubles with each failure in a row, up to
+	// RepairBackoffMax (default 1h).
+	RepairBackoff    time.Duration
+	RepairBackoffMax time.Duration
 	// StopTimeout bounds how long a run in progress may go on after
 	// SIGTERM before it is cancelled; default 20s.
 	StopTimeout time.Duration
@@ -97,6 +102,12 @@ type Daemon struct {
 	status    string
 	runSince  time.Time // zero when no run is going
 	stuckSeen bool
+
+	// Repairs back off after a failure (only runOnce, one at a time,
+	// touches these).
+	repairFailures int       // failed repairs in a row
+	repairsAfter   time.Time // no repair before this
+	pauseLogged    bool      // the current pause was logged
 }
 
 // New returns a daemon; Run starts it.
@@ -116,6 +127,13 @@ func New(cfg Config) *Daemon {
 	if cfg.StopTimeout <= 0 {
 		cfg.StopTimeout = 20 * time.Second
 	}
+	if cfg.RepairBackoff <= 0 {
+		cfg.RepairBackoff = cfg.Interval
+	}
+	if cfg.RepairBackoffMax <= 0 {
+		cfg.RepairBackoffMax = time.Hour
+	}
+	cfg.RepairBackoffMax = max(cfg.RepairBackoffMax, cfg.RepairBackoff)
 	if cfg.StuckAfter <= 0 {
 		cfg.StuckAfter = 10 * time.Minute
 		if cfg.Repair {
@@ -374,43 +392,74 @@ func (d *Daemon) runOnce(ctx context.Context, t Target) {
 
 	repaired := 0
 	if d.cfg.Repair {
-		for _, h := range RepairHosts(es) {
-			if ctx.Err() != nil {
-				break
-			}
-			var why []string
-			for _, e := range es {
-				if e.Host == h && e.Status == verify.Fail && repairChecks[e.Check] {
-					why = append(why, e.Check+": "+e.Message)
-				}
-			}
-			d.log.printf(prioNotice, "repair %s: %s", h, strings.Join(why, "; "))
-			rctx, cancel := context.WithTimeout(ctx, d.cfg.RepairTimeout)
-			lw := &lineWriter{log: d.log, prefix: "repair " + h + ": "}
-			n, err := t.Repair(rctx, h, lw)
-			lw.Flush()
-			cancel()
-			if err != nil {
-				d.m.repairs.WithLabelValues(h, "failed").Inc()
-				msg := fmt.Sprintf("repair %s failed: %v", h, err)
-				if hint := usererr.HintOf(err); hint != "" {
-					msg += " (hint: " + hint + ")"
-				}
-				var le *runlog.Error
-				if errors.As(err, &le) {
-					msg += " (log: " + le.Path + ")"
-				}
-				d.log.printf(prioErr, "%s", strings.ReplaceAll(msg, "\n", " "))
-				continue
-			}
-			d.m.repairs.WithLabelValues(h, "ok").Inc()
-			repaired++
-			d.log.printf(prioNotice, "repair %s: done, %d change(s); the next run checks it", h, n)
-		}
+		repaired = d.repair(ctx, t, es)
 	}
 	if repaired > 0 {
 		d.setStatus(statusLine(rep, es, repaired))
 	}
+}
+
+// repair converges the failing hosts one at a time and returns how many it
+// repaired. The first repair that fails ends the round and pauses repairs,
+// twice as long after each failure in a row (up to RepairBackoffMax): a fix
+// that breaks one host must not be carried to the next, every interval.
+func (d *Daemon) repair(ctx context.Context, t Target, es []Entry) int {
+	hosts := RepairHosts(es)
+	if len(hosts) == 0 {
+		return 0
+	}
+	if now := d.cfg.Now(); now.Before(d.repairsAfter) {
+		if !d.pauseLogged {
+			d.pauseLogged = true
+			d.log.printf(prioWarning, "repairs paused until %s after %d failed repair(s) in a row; %s still need one",
+				d.repairsAfter.Format(time.RFC3339), d.repairFailures, strings.Join(hosts, ", "))
+		}
+		return 0
+	}
+	repaired := 0
+	for _, h := range hosts {
+		if ctx.Err() != nil {
+			break
+		}
+		var why []string
+		for _, e := range es {
+			if e.Host == h && e.Status == verify.Fail && repairChecks[e.Check] {
+				why = append(why, e.Check+": "+e.Message)
+			}
+		}
+		d.log.printf(prioNotice, "repair %s: %s", h, strings.Join(why, "; "))
+		rctx, cancel := context.WithTimeout(ctx, d.cfg.RepairTimeout)
+		lw := &lineWriter{log: d.log, prefix: "repair " + h + ": "}
+		n, err := t.Repair(rctx, h, lw)
+		lw.Flush()
+		cancel()
+		if err != nil {
+			d.m.repairs.WithLabelValues(h, "failed").Inc()
+			msg := fmt.Sprintf("repair %s failed: %v", h, err)
+			if hint := usererr.HintOf(err); hint != "" {
+				msg += " (hint: " + hint + ")"
+			}
+			var le *runlog.Error
+			if errors.As(err, &le) {
+				msg += " (log: " + le.Path + ")"
+			}
+			d.log.printf(prioErr, "%s", strings.ReplaceAll(msg, "\n", " "))
+			d.repairFailures++
+			pause := d.cfg.RepairBackoff
+			for i := 1; i < d.repairFailures && pause < d.cfg.RepairBackoffMax; i++ {
+				pause *= 2
+			}
+			pause = min(pause, d.cfg.RepairBackoffMax)
+			d.repairsAfter, d.pauseLogged = d.cfg.Now().Add(pause), true
+			d.log.printf(prioWarning, "repairs paused for %s (%d failed in a row); no other host is repaired until then", pause, d.repairFailures)
+			return repaired
+		}
+		d.m.repairs.WithLabelValues(h, "ok").Inc()
+		repaired++
+		d.log.printf(prioNotice, "repair %s: done, %d change(s); the next run checks it", h, n)
+	}
+	d.repairFailures, d.pauseLogged = 0, false
+	return repaired
 }
 
 // setStatus records the status line and tells systemd; the first time,

@@ -36,6 +36,8 @@ type fakeTarget struct {
 	sawCtx  error
 	repairs []string
 	closed  bool
+	// failRepair makes the repair of these hosts fail.
+	failRepair map[string]bool
 }
 
 func (f *fakeTarget) set(rs ...verify.Result) {
@@ -74,6 +76,9 @@ func (f *fakeTarget) Repair(_ context.Context, host string, out io.Writer) (int,
 	defer f.mu.Unlock()
 	f.repairs = append(f.repairs, host)
 	fmt.Fprintf(out, "[push] %s: write /etc/systemd/system/etcd.service (0644, content)\n", host)
+	if f.failRepair[host] {
+		return 0, errors.New("kube-apiserver did not become healthy")
+	}
 	for i := range f.rs {
 		if f.rs[i].Host == host {
 			f.rs[i].Status = verify.Pass
@@ -456,5 +461,58 @@ func TestJournalPriorities(t *testing.T) {
 	want := "<3>etcd/health c2: pass -> fail: x\n<6>repair c2: [push] one\n<6>repair c2: [push] two\n<6>repair c2: [etcd] three\n"
 	if b.String() != want {
 		t.Fatalf("got\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+// After the first host whose repair fails, no other host is repaired, and
+// repairs pause: Interval, then twice as long after each failure in a row,
+// never longer than RepairBackoffMax; a round that succeeds resets it.
+func TestRepairStopsAndBacksOff(t *testing.T) {
+	now := time.Date(2026, 11, 30, 21, 0, 0, 0, time.UTC)
+	log := &syncBuffer{}
+	d := New(Config{Repair: true, Interval: time.Minute, RepairBackoffMax: 3 * time.Minute, Log: log, Now: func() time.Time { return now }})
+	f := &fakeTarget{failRepair: map[string]bool{"c1": true}}
+	drift := func() {
+		f.set(fail("host/files", "c1", "drifted", ""), fail("host/files", "c2", "drifted", ""), fail("host/units", "c3", "etcd is not active", ""))
+	}
+	round := func(at time.Duration) string {
+		now = time.Date(2026, 11, 30, 21, 0, 0, 0, time.UTC).Add(at)
+		f.mu.Lock()
+		f.repairs = nil
+		f.mu.Unlock()
+		drift()
+		d.runOnce(context.Background(), f)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return strings.Join(f.repairs, ",")
+	}
+	for _, step := range []struct {
+		at   time.Duration
+		want string
+	}{
+		{0, "c1"},                // fails: pause 1m, c2 and c3 untouched
+		{30 * time.Second, ""},   // paused
+		{61 * time.Second, "c1"}, // fails again: pause 2m
+		{61*time.Second + 119*time.Second, ""},
+		{61*time.Second + 121*time.Second, "c1"}, // third: 4m, bounded to 3m
+		{182*time.Second + 179*time.Second, ""},
+		{182*time.Second + 181*time.Second, "c1"},
+	} {
+		if got := round(step.at); got != step.want {
+			t.Fatalf("at %s: repaired %q, want %q\n%s", step.at, got, step.want, log.String())
+		}
+	}
+	for _, want := range []string{"repairs paused for 1m0s (1 failed in a row)", "repairs paused for 2m0s", "repairs paused for 3m0s (3 failed", "repairs paused for 3m0s (4 failed"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
+		}
+	}
+	// Fixed: the next round after the pause repairs every host in turn.
+	f.failRepair = nil
+	if got := round(20 * time.Minute); got != "c1,c2,c3" {
+		t.Fatalf("after the fix: %q", got)
+	}
+	if d.repairFailures != 0 {
+		t.Fatalf("failures not reset: %d", d.repairFailures)
 	}
 }
