@@ -153,7 +153,10 @@ func (c *Cluster) planFetch(ctx context.Context, _ plan.Planned) ([]plan.Action,
 // --- render ------------------------------------------------------------
 
 func (c *Cluster) planRender(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
-	return nil, c.ensureRendered(ctx)
+	if err := c.ensureRendered(ctx); err != nil {
+		return nil, err
+	}
+	return c.recordPodSubnets()
 }
 
 // ensureRendered renders the manifests once; checks call it concurrently.

@@ -44,11 +44,12 @@ func (c *Cluster) checkWorker(ctx context.Context, w inventory.Host) []verify.Re
 	}
 	out := []verify.Result{res("host/ssh", verify.OKf(w.Name, "connected, host key verified"))}
 
-	sn, err := c.unitSnapshot(ctx, sh, workerComponents(), nil)
+	comps := c.hostComponents(w.Name)
+	sn, err := c.unitSnapshot(ctx, sh, comps, nil)
 	if err != nil {
 		return append(out, res("worker/units", verify.Failf(w.Name, timeoutHint(err), "%v", err)))
 	}
-	for _, comp := range workerComponents() {
+	for _, comp := range comps {
 		st := sn.Units[comp]
 		switch {
 		case !st.Active:

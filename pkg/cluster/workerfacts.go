@@ -1,25 +1,28 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 
 	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/podnet"
+	"github.com/hardway/hardway/pkg/units"
 )
 
 // The facts about workers that up and verify share: component names in start
 // order, where the runtime listens, and how crictl is called.
 const (
-	Containerd = "containerd"
-	Kubelet    = "kubelet"
-	KubeProxy  = "kube-proxy"
-	PodRoutes  = "hardway-pod-routes"
+	Containerd = units.Containerd
+	Kubelet    = units.Kubelet
+	KubeProxy  = units.KubeProxy
+	PodRoutes  = units.PodRoutes
 
-	containerdSock = "unix:///run/containerd/containerd.sock"
+	containerdSock = "unix://" + units.ContainerdSocket
 	crictlCmd      = "/usr/local/bin/crictl --runtime-endpoint " + containerdSock + " --image-endpoint " + containerdSock + " --timeout 10s"
-	ctrCmd         = "/usr/local/bin/ctr --address /run/containerd/containerd.sock -n k8s.io"
-	cniConfDir     = "/etc/cni/net.d"
-	cniConfList    = cniConfDir + "/10-bridge.conflist"
+	ctrCmd         = "/usr/local/bin/ctr --address " + units.ContainerdSocket + " -n k8s.io"
+	cniConfList    = units.BridgeConflist
 )
 
 // workerComponents are the services of a worker, in start order: the runtime
@@ -30,44 +33,60 @@ func workerComponents() []string { return []string{Containerd, Kubelet, KubeProx
 // isWorker says whether the named host is in workers:.
 func (c *Cluster) isWorker(name string) bool { return indexOf(c.Inv.Workers, name) >= 0 }
 
-// hostComponents are the services up starts on a host: workers run the four
-// worker services; control-plane hosts also get the pod routes when there
-// are workers (pods on any worker reach them, and they reach pods).
+// hostComponents are the services the workers step starts on a host: the
+// worker services on workers, and the pod routes on every host that has a
+// route to add (another worker, with the bridge CNI) — as units renders
+// them.
 func (c *Cluster) hostComponents(name string) []string {
+	var out []string
 	if c.isWorker(name) {
-		return workerComponents()
+		out = []string{Containerd, Kubelet, KubeProxy}
 	}
-	if len(c.Inv.Workers) > 0 && c.cniBridge() {
-		return []string{PodRoutes}
+	if c.hasRoutes(name) {
+		out = append(out, PodRoutes)
 	}
-	return nil
+	return out
+}
+
+// hasRoutes says whether host gets the pod-routes unit.
+func (c *Cluster) hasRoutes(name string) bool {
+	if !c.cniBridge() {
+		return false
+	}
+	for _, w := range c.Inv.Workers {
+		if w.Name != name {
+			return true
+		}
+	}
+	return false
 }
 
 // cniBridge is whether hardway manages the pod network (network.cni: bridge,
 // the default), or the user brings their own CNI (none).
-func (c *Cluster) cniBridge() bool { return true }
+func (c *Cluster) cniBridge() bool { return c.Inv.Network.CNI != inventory.CNINone }
 
-// podSubnets is each worker's pod subnet, by host name.
+// podSubnets is each worker's pod subnet, by host name: the state's
+// allocation, completed for new workers as render completes it.
 func (c *Cluster) podSubnets() (map[string]netip.Prefix, error) {
-	pn := c.Inv.Network.PodNet()
-	if !pn.IsValid() {
-		p, err := netip.ParsePrefix(c.Inv.Network.PodCIDR)
-		if err != nil {
-			return nil, fmt.Errorf("network.podCIDR: %w", err)
-		}
-		pn = p
-	}
-	out := map[string]netip.Prefix{}
-	for i, w := range c.Inv.Workers {
-		a := pn.Addr().As4()
-		a[2] += byte(i)
-		out[w.Name] = netip.PrefixFrom(netip.AddrFrom4(a), 24)
-	}
-	return out, nil
+	a, _, err := podnet.ForInventory(c.opt.State, c.Inv)
+	return a, err
 }
 
 // containerHost says whether h runs inside a container (the lab).
-func containerHost(h inventory.Host) bool { return false }
+func containerHost(h inventory.Host) bool { return h.ContainerHost }
 
 // proxyMode is kube-proxy's mode: iptables (default) or nftables.
-func (c *Cluster) proxyMode() string { return "iptables" }
+func (c *Cluster) proxyMode() string { return c.Inv.Network.KubeProxyMode }
+
+// recordPodSubnets saves the workers' pod subnets in the state directory
+// when they changed (a new worker, or one removed: its subnet is free), in
+// the render step: before push writes them into CNI configs and routes.
+func (c *Cluster) recordPodSubnets() ([]plan.Action, error) {
+	pods, changed, err := podnet.ForInventory(c.opt.State, c.Inv)
+	if err != nil || !changed {
+		return nil, err
+	}
+	path := c.opt.State.PodSubnets()
+	return []plan.Action{{Kind: plan.Write, Desc: fmt.Sprintf("record pod subnets in %s: %s", path, pods),
+		Do: func(context.Context) error { return podnet.Save(path, pods) }}}, nil
+}

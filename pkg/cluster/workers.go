@@ -200,7 +200,7 @@ func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot
 	case node.Spec.PodCIDR != subnet:
 		return nil, false, kube.PodCIDRConflict(w.Name, node.Spec.PodCIDR, subnet)
 	}
-	for _, comp := range []string{Kubelet, KubeProxy, PodRoutes} {
+	for _, comp := range c.hostComponents(w.Name)[1:] {
 		if err := add(comp); err != nil {
 			return nil, false, err
 		}
