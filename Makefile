@@ -18,6 +18,7 @@ lint: setup
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	bin/staticcheck ./...
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit the result"; exit 1; }
 
 # etcd and Kubernetes built from source through the Go module proxy, laid out
 # like the official download sites. Cold ~15-30 min on 2 cores; warm: seconds.
