@@ -34,10 +34,6 @@ const (
 	// default, pinned so the kubelet never garbage-collects it and an
 	// air-gapped worker never tries to pull it.
 	DefaultPauseImage = "registry.k8s.io/pause:3.10.2"
-	// defaultContainerd is the containerd the worker configs are written
-	// for (config version 3 needs containerd 2.x); the tested row of the
-	// worker table.
-	defaultContainerd = "v2.4.2"
 	// podRouteProto marks hardway's pod routes in the routing table
 	// ('ip route show proto 70'), so stopping the unit removes exactly
 	// them. 70 is not reserved in iproute2's rt_protos.
@@ -47,7 +43,19 @@ const (
 	ipCommand = "/sbin/ip"
 )
 
-var containerdVersion = version.Must(version.NewVersion(defaultContainerd))
+// containerdVersion is the inventory's containerdVersion (defaulted by
+// Load from the tested worker table).
+func containerdVersion(inv *inventory.Inventory) *version.Version {
+	v, err := version.NewVersion(inv.ContainerdVersion)
+	if err != nil {
+		return nil
+	}
+	return v
+}
+
+// containerdConfigV3 is what config version 3 (the CRI plugin split into
+// io.containerd.cri.v1.images and .runtime) needs.
+var containerdConfigV3 = version.MustConstraints(version.NewConstraint(">= 2.0.0"))
 
 func workerComponents() []Component {
 	bin := func(name string) Binary { return Binary{Name: name, Path: BinPath(name)} }
@@ -85,7 +93,7 @@ func workerComponents() []Component {
 				// OOMScoreAdjust (a container host cannot lower it, and a real
 				// host does not need it for kubelet-managed pods).
 				Delegate: true, KillMode: "process", Unlimited: []string{"LimitNPROC", "LimitCORE", "TasksMax"}},
-			version: func(*inventory.Inventory) *version.Version { return containerdVersion },
+			version: containerdVersion,
 			flags: func(*inventory.Inventory, inventory.Host) []flagDef {
 				return []flagDef{{"", "config", ContainerdConfig, "the CRI, runc and CNI settings below (config version 3, containerd 2.x)"}}
 			},
@@ -246,7 +254,11 @@ func renderContainerdConfig(r *renderer, h inventory.Host) ([]byte, []Setting, e
 		settingDef{"", runtime + ".cni", "bin_dirs", []string{CNIBinDir}, "where the CNI plugins are"},
 		settingDef{"", runtime + ".cni", "conf_dir", CNIConfDir, "where the CNI config is (10-bridge.conflist, or your CNI's)"},
 	)
-	settings, err := selectSettings(Containerd, ContainerdConfig, defs, containerdVersion)
+	v := containerdVersion(r.inv)
+	if v == nil || !containerdConfigV3.Check(v.Core()) {
+		return nil, nil, fmt.Errorf("containerd %q: hardway writes the config of containerd 2.x (version 3); set containerdVersion to v2.0 or later", r.inv.ContainerdVersion)
+	}
+	settings, err := selectSettings(Containerd, ContainerdConfig, defs, v)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -385,7 +397,13 @@ func renderLoopbackConf(r *renderer, _ inventory.Host) ([]byte, []Setting, error
 func bridgeOnly(b Binary) Binary { b.bridgeOnly = true; return b }
 
 // images are the names of the inventory's image tarballs.
-func (r *renderer) images() []string { return nil }
+func (r *renderer) images() []string {
+	var out []string
+	for _, im := range r.inv.Images {
+		out = append(out, im.Name)
+	}
+	return out
+}
 
 // ImagePath is where the tarball of image name goes on a worker:
 // registry.k8s.io/pause:3.10.2 -> /var/lib/hardway/images/registry.k8s.io_pause_3.10.2.tar.

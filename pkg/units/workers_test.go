@@ -202,3 +202,30 @@ func TestImagePath(t *testing.T) {
 		t.Errorf("ImagePath = %s", got)
 	}
 }
+
+// Image tarballs go to every worker under ImageDir, named for the release
+// set; the inventory's pause image is the sandbox image.
+func TestImages(t *testing.T) {
+	inv := workerInventory(t, "1.36", "", false)
+	inv.Images = []inventory.Image{{Name: "registry.k8s.io/pause:3.10"}, {Name: "hardway.local/hello:v1"}}
+	ms, err := render(t, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		f, ok := m.File(ImagePath("hardway.local/hello:v1"))
+		if ok != (m.Role == Worker) {
+			t.Errorf("%s: image tarball present=%v", m.Host, ok)
+		}
+		if ok && (f.Source == nil || f.Source.String() != "binary image:hardway.local/hello:v1" || f.Mode != ModePublic || len(f.Components) != 0) {
+			t.Errorf("%s: image file %+v", m.Host, f)
+		}
+		if c, ok := m.File(ContainerdConfig); ok && !bytes.Contains(c.Content, []byte(`sandbox = "registry.k8s.io/pause:3.10"`+"\n")) {
+			t.Errorf("%s: sandbox image is not the inventory's pause:\n%s", m.Host, c.Content)
+		}
+	}
+	inv.ContainerdVersion = "v1.7.22"
+	if _, err := render(t, inv); err == nil || !strings.Contains(err.Error(), "containerd 2.x") {
+		t.Errorf("containerd 1.7: %v", err)
+	}
+}
