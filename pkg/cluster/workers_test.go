@@ -23,6 +23,7 @@ import (
 	"github.com/hardway/hardway/pkg/remote/remotetest"
 	"github.com/hardway/hardway/pkg/units"
 	"github.com/hardway/hardway/pkg/usererr"
+	"github.com/hardway/hardway/pkg/verify"
 )
 
 func TestImagePresent(t *testing.T) {
@@ -132,6 +133,9 @@ type workerModel struct {
 	units   map[string]remote.UnitState
 	markers map[string]bool
 	images  string // crictl images -o json
+	cri     string // crictl info
+	// conflist, routes and the kubelet's journal, for verify
+	conflist, routes, journal string
 }
 
 var reSnapComp = regexp.MustCompile(`echo '@([^']+)'`)
@@ -161,6 +165,20 @@ func (m *workerModel) answer(cmd string) (string, error) {
 		for k := range m.markers {
 			b.WriteString(k + "\n")
 		}
+	case strings.Contains(cmd, " info"):
+		if m.cri == "" {
+			return "", &remote.ExitError{Code: 1, Stderr: "connect: connection refused"}
+		}
+		b.WriteString(m.cri)
+	case strings.HasPrefix(cmd, "cat /etc/cni/net.d/10-bridge.conflist"):
+		if m.conflist == "" {
+			return "", &remote.ExitError{Code: 1, Stderr: "No such file or directory"}
+		}
+		b.WriteString(m.conflist)
+	case cmd == "ip -4 route show":
+		b.WriteString(m.routes)
+	case strings.HasPrefix(cmd, "journalctl -u kubelet"):
+		b.WriteString(m.journal)
 	case strings.Contains(cmd, " images -o json"):
 		if m.images == "" {
 			return "", &remote.ExitError{Code: 1, Stderr: "connect: connection refused"}
@@ -389,5 +407,88 @@ func TestPlanWorkersRemovesStaleWorkers(t *testing.T) {
 	}
 	if n, _ := kube.GetNode(t.Context(), wf.kube, "worker-3"); n != nil {
 		t.Fatal("worker-3 still there")
+	}
+}
+
+const criReady = `{"status":{"conditions":[{"type":"RuntimeReady","status":true},{"type":"NetworkReady","status":true}]},"lastCNILoadStatus":"OK"}`
+
+func conflist(subnet string) string {
+	return `{"cniVersion":"1.0.0","name":"bridge","plugins":[{"type":"bridge","ipam":{"type":"host-local","ranges":[[{"subnet":"` + subnet + `"}]]}}]}`
+}
+
+// results is "status check host: message" per result.
+func results(rs []verify.Result) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, fmt.Sprintf("%s %s %s: %s", r.Status, r.Check, r.Host, r.Message))
+	}
+	return out
+}
+
+func TestCheckWorker(t *testing.T) {
+	wf, models := convergedWorkers(t)
+	for i, w := range []string{"worker-1", "worker-2"} {
+		models[w].cri, models[w].conflist = criReady, conflist(fmt.Sprintf("10.200.%d.0/24", i))
+	}
+	models["worker-1"].routes = "10.200.1.0/24 via 10.240.0.22 dev eth0 proto 70\n"
+	models["c1"].routes = "10.200.0.0/24 via 10.240.0.21 dev eth0 proto 70\n"
+	w1 := wf.Inv.Workers[0]
+	for _, r := range wf.checkWorker(t.Context(), w1) {
+		if r.Status != verify.Pass {
+			t.Errorf("converged worker: %s %s: %s (%s)", r.Status, r.Check, r.Message, r.Hint)
+		}
+	}
+	// c1 lacks worker-2's subnet, worker-2 lacks worker-1's.
+	got := results(wf.checkRoutes(t.Context()))
+	want := []string{
+		"fail routes c1: no route to 10.200.1.0/24 via 10.240.0.22 (worker-2)",
+		"pass routes worker-1: routes to the pod subnets of 1 other worker(s)",
+		"fail routes worker-2: no route to 10.200.0.0/24 via 10.240.0.21 (worker-1)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("routes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// worker-1 loses its CNI config: NetworkReady false, the Node NotReady.
+	models["worker-1"].conflist = ""
+	models["worker-1"].cri = `{"status":{"conditions":[{"type":"RuntimeReady","status":true},{"type":"NetworkReady","status":false,"reason":"NetworkPluginNotReady","message":"cni plugin not initialized"}]},"lastCNILoadStatus":"cni config load failed: no network config found in /etc/cni/net.d"}`
+	n, _ := kube.GetNode(t.Context(), wf.kube, "worker-1")
+	n.Status.Conditions[0] = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady", Message: "container runtime network not ready: cni config uninitialized"}
+	if _, err := wf.kube.CoreV1().Nodes().UpdateStatus(t.Context(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	byCheck := map[string]verify.Result{}
+	for _, r := range wf.checkWorker(t.Context(), w1) {
+		if r.Status != verify.Pass {
+			byCheck[r.Check] = r
+		}
+	}
+	for check, want := range map[string]string{
+		"worker/cri":     "CNI config missing: cni config load failed: no network config found in /etc/cni/net.d",
+		"worker/node":    "Node not Ready: CNI config missing",
+		"worker/podcidr": "allocated 10.200.0.0/24, but no CNI config /etc/cni/net.d/10-bridge.conflist",
+	} {
+		r, ok := byCheck[check]
+		if !ok || !strings.Contains(r.Message, want) || r.Hint == "" {
+			t.Errorf("%s: %+v, want %q with a hint", check, r, want)
+		}
+	}
+	if len(byCheck) != 3 {
+		t.Errorf("failures: %v", byCheck)
+	}
+
+	// containerd down: the runtime is the cause.
+	models["worker-1"].units[Containerd] = remote.UnitState{}
+	d := wf.diagnoseWorker(t.Context(), "worker-1", n)
+	if d.Cause != kube.CauseRuntimeDown || !strings.Contains(d.Hint, "journalctl -u containerd") {
+		t.Fatalf("containerd down: %+v", d)
+	}
+	// Runtime fine, kubelet refused by the apiserver.
+	models["worker-1"].units[Containerd] = remote.UnitState{Active: true, Enabled: true}
+	models["worker-1"].cri = criReady
+	models["worker-1"].journal = "Started kubelet.service - Kubernetes node agent.\nE1130 \"Unable to register node with API server\" err=\"Unauthorized\"\n"
+	d = wf.diagnoseWorker(t.Context(), "worker-1", nil)
+	if d.Cause != kube.CauseCertRefused || !strings.Contains(d.Detail, "Unauthorized") {
+		t.Fatalf("cert refused: %+v", d)
 	}
 }
