@@ -87,6 +87,9 @@ func (c *Cluster) checkWorker(ctx context.Context, w inventory.Host) []verify.Re
 		out = append(out, res("worker/node", verify.Failf(w.Name, d.Hint, "Node not Ready: %s", d)))
 	}
 
+	if !c.cniBridge() {
+		return out // your CNI chooses the pod subnets
+	}
 	subnets, err := c.podSubnets()
 	if err != nil {
 		return append(out, res("worker/podcidr", verify.Failf(w.Name, "", "%v", err)))
@@ -100,7 +103,7 @@ func (c *Cluster) checkWorker(ctx context.Context, w inventory.Host) []verify.Re
 		}
 		bad = append(bad, fmt.Sprintf("Node spec.podCIDR is %s", got))
 	}
-	if c.cniBridge() {
+	{
 		conf, err := sh.Run(ctx, "cat "+cniConfList, nil)
 		switch subs, perr := cniSubnets(conf); {
 		case err != nil:

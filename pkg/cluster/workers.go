@@ -191,6 +191,9 @@ func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot
 	}
 	node := nodes[w.Name]
 	switch {
+	case !c.cniBridge():
+		// network.cni none: the kubelet registers the Node itself and the
+		// controller-manager (or your CNI) gives it a subnet.
 	case nodes == nil:
 		actions = append(actions, plan.Action{Host: w.Name, Kind: plan.Apply, Desc: fmt.Sprintf("register Node %s with spec.podCIDR %s (unless registered: the apiserver does not answer yet)", w.Name, subnet), Do: register})
 	case node == nil:
@@ -273,10 +276,16 @@ func (c *Cluster) removeStaleActions(stale []corev1.Node) []plan.Action {
 func (c *Cluster) nodeTimeout() time.Duration { return max(c.opt.ServiceTimeout, 2*time.Minute) }
 
 // waitReadyAction waits until every named Node is Ready.
+// With network.cni none a Node is not Ready before your CNI runs: up then
+// waits only until the kubelets registered them.
 func (c *Cluster) waitReadyAction(names ...string) plan.Action {
-	desc := "wait for Node " + names[0] + " to be Ready"
+	what := "Ready"
+	if !c.cniBridge() {
+		what = "registered (Ready once your CNI runs)"
+	}
+	desc := "wait for Node " + names[0] + " to be " + what
 	if len(names) > 1 {
-		desc = "wait for Nodes " + strings.Join(names, ", ") + " to be Ready"
+		desc = "wait for Nodes " + strings.Join(names, ", ") + " to be " + what
 	}
 	host := ""
 	if len(names) == 1 {
@@ -309,7 +318,7 @@ func (c *Cluster) waitNodesReady(ctx context.Context, names []string) error {
 			mu.Unlock()
 			if node == nil {
 				notReady = append(notReady, n+" (not registered)")
-			} else if ok, _ := kube.NodeReady(node); !ok {
+			} else if ok, _ := kube.NodeReady(node); !ok && c.cniBridge() {
 				notReady = append(notReady, n)
 			}
 		}
@@ -318,6 +327,10 @@ func (c *Cluster) waitNodesReady(ctx context.Context, names []string) error {
 		}
 		return nil
 	})
+	if err == nil && !c.cniBridge() {
+		c.logf("[workers] registered: %s (%s); NotReady until your CNI runs: 'hardway verify' says what it lacks", strings.Join(names, ", "), time.Since(start).Round(100*time.Millisecond))
+		return nil
+	}
 	if err == nil {
 		c.logf("[workers] Ready: %s (%s)", strings.Join(names, ", "), time.Since(start).Round(100*time.Millisecond))
 		return nil

@@ -492,3 +492,20 @@ func TestCheckWorker(t *testing.T) {
 		t.Fatalf("cert refused: %+v", d)
 	}
 }
+
+func TestPlanWorkersCNINone(t *testing.T) {
+	models := map[string]*workerModel{"c1": running(), "worker-1": running(), "worker-2": running()}
+	wf := newWorkerFake(t, models)
+	wf.Inv.Network.CNI = inventory.CNINone
+	as, err := wf.planWorkers(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(wdescs(as), "\n")
+	// No Node registered with a subnet, no routes anywhere, and up waits
+	// for the kubelets to register, not for Ready.
+	if strings.Contains(got, "register Node") || strings.Contains(got, PodRoutes) ||
+		!strings.Contains(got, "wait for Nodes worker-1, worker-2 to be registered (Ready once your CNI runs)") {
+		t.Fatalf("plan:\n%s", got)
+	}
+}
