@@ -355,7 +355,7 @@ func (c *Cluster) waitNodesReady(ctx context.Context, names []string) error {
 			hints = append(hints, d.Hint)
 		}
 	}
-	return usererr.New(fmt.Errorf("Nodes not Ready after %s:\n  %s", c.nodeTimeout(), strings.Join(lines, "\n  ")), strings.Join(hints, "\n"))
+	return usererr.New(fmt.Errorf("nodes not Ready after %s:\n  %s", c.nodeTimeout(), strings.Join(lines, "\n  ")), strings.Join(hints, "\n"))
 }
 
 // diagnoseWorker says why a worker's Node is not Ready, from the host's side
