@@ -123,9 +123,12 @@ releases:
 	if len(workers) == 0 {
 		return b.String()
 	}
+	// containerHost: a worker is a container on a cgroup v1 machine; it turns
+	// on the settings only such a host needs (failCgroupV1: false, containerd's
+	// restrict_oom_score_adj, runc's NoNewKeyring, kube-proxy's conntrack.maxPerCore: 0).
 	b.WriteString("workers:\n")
 	for _, h := range workers {
-		fmt.Fprintf(&b, "  - name: %s\n    address: %s\n", h.Name, h.Address)
+		fmt.Fprintf(&b, "  - name: %s\n    address: %s\n    containerHost: true\n", h.Name, h.Address)
 	}
 	// checksums: the mirror's SHA256SUMS beside each tarball
 	b.WriteString("images:\n")

@@ -209,8 +209,9 @@ func TestRenderInventory(t *testing.T) {
 			Address string `yaml:"address"`
 		} `yaml:"controlPlane"`
 		Workers []struct {
-			Name    string `yaml:"name"`
-			Address string `yaml:"address"`
+			Name          string `yaml:"name"`
+			Address       string `yaml:"address"`
+			ContainerHost bool   `yaml:"containerHost"`
 		} `yaml:"workers"`
 		Images []struct {
 			Name string `yaml:"name"`
@@ -248,7 +249,7 @@ func TestRenderInventory(t *testing.T) {
 	if got.SSH.Port != 22 || len(got.ControlPlane) != 2 {
 		t.Errorf("port %d, %d hosts", got.SSH.Port, len(got.ControlPlane))
 	}
-	if len(got.Workers) != 1 || got.Workers[0].Name != "worker-1" || got.Workers[0].Address != "10.240.0.21" {
+	if len(got.Workers) != 1 || got.Workers[0].Name != "worker-1" || got.Workers[0].Address != "10.240.0.21" || !got.Workers[0].ContainerHost {
 		t.Errorf("workers = %+v", got.Workers)
 	}
 	// and hardway's own loader takes it
@@ -256,7 +257,7 @@ func TestRenderInventory(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the lab's inventory does not load:\n%s\n%v", text, err)
 	}
-	if len(inv.Workers) != 1 || inv.Network.ServiceNet().String() != ServiceCIDR {
+	if len(inv.Workers) != 1 || !inv.Workers[0].ContainerHost || inv.Network.ServiceNet().String() != ServiceCIDR {
 		t.Errorf("loaded: workers %+v, service CIDR %s", inv.Workers, inv.Network.ServiceNet())
 	}
 	if len(got.Images) != 3 || got.Images[0].Name != "registry.k8s.io/pause:3.10.2" ||

@@ -68,7 +68,7 @@ func TestWorkers(t *testing.T) {
 		t.Fatalf("hosts %+v, workers %+v", res.Hosts, res.Workers)
 	}
 	inv, err := os.ReadFile(res.Inventory)
-	if err != nil || !strings.Contains(string(inv), "workers:\n  - name: worker-1\n    address: 10.240.3.21\n") {
+	if err != nil || !strings.Contains(string(inv), "workers:\n  - name: worker-1\n    address: 10.240.3.21\n    containerHost: true\n") {
 		t.Errorf("inventory.yaml = %q, %v", inv, err)
 	}
 	st, err := l.Status(t.Context())
