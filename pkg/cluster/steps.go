@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hardway/hardway/pkg/fsutil"
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/plan"
@@ -122,11 +123,21 @@ func (c *Cluster) releaseOptions(offline bool) release.Options {
 
 func (c *Cluster) planFetch(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
 	o := c.releaseOptions(true)
+	o.NoLockWrite = true
 	set, err := release.Resolve(ctx, o)
 	if err == nil {
-		// Found in the cache: remembered in memory for push, nothing written.
+		// Found in the cache: remembered in memory for push. The lock is
+		// written by an action, when it is new or moves (--update-lock).
 		c.setReleaseSet(set)
-		return nil, nil
+		data, err := set.Lock.Marshal()
+		if err != nil {
+			return nil, err
+		}
+		if fsutil.SameContent(set.LockPath, data) {
+			return nil, nil
+		}
+		return []plan.Action{{Kind: plan.Write, Desc: "write " + set.LockPath + " (Kubernetes " + set.Kubernetes + ", etcd " + set.Etcd + ")",
+			Do: func(context.Context) error { _, err := release.WriteLock(set.LockPath, set.Lock); return err }}}, nil
 	}
 	if c.opt.Release.Offline {
 		return nil, err

@@ -585,3 +585,32 @@ func TestConcurrentFetchersShareCache(t *testing.T) {
 		t.Errorf("temporary files left in the cache: %v %v", left, tmps)
 	}
 }
+
+// A plan resolves with NoLockWrite: the set says what the lock should hold,
+// the file is not touched (writing it is an action of 'hardway up').
+func TestNoLockWriteLeavesTheLock(t *testing.T) {
+	m := newMirror(t, "v3.6.16", "v1.36.3")
+	o := m.httpOpts(t, "1.36")
+	if _, err := Resolve(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(o.LockPath)
+	m.addKubernetes(t, "v1.36.4", "amd64")
+	writeFile(t, filepath.Join(m.root, "kubernetes", "release", "stable-1.36.txt"), []byte("v1.36.4\n"))
+	o.UpdateLock, o.NoLockWrite = true, true
+	s, err := Resolve(ctx, o)
+	if err != nil || s.LockWritten || s.Lock.Kubernetes != "v1.36.4" {
+		t.Fatalf("%+v %v", s, err)
+	}
+	if after, _ := os.ReadFile(o.LockPath); string(after) != string(before) {
+		t.Fatal("the lock was written")
+	}
+	os.Remove(o.LockPath)
+	o.UpdateLock = false
+	if _, err := Resolve(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(o.LockPath); !os.IsNotExist(err) {
+		t.Fatalf("a first resolve with NoLockWrite wrote the lock: %v", err)
+	}
+}

@@ -45,6 +45,9 @@ type Options struct {
 	Offline    bool   // use the cache only
 	UpdateLock bool   // re-resolve and rewrite the lock instead of enforcing it
 	Jobs       int    // parallel downloads; default 4
+	// NoLockWrite leaves the lock file alone: the set's Lock says what it
+	// should hold (a plan only reads; writing it is an action).
+	NoLockWrite bool
 
 	Fetcher  *Fetcher // nil: defaults
 	Progress Progress // nil: silent
@@ -255,6 +258,9 @@ func (r *resolver) resolve(ctx context.Context) (*Set, error) {
 			e.URL = old.URL
 		}
 		set.Lock.Artifacts = append(set.Lock.Artifacts, e)
+	}
+	if o.NoLockWrite {
+		return set, nil
 	}
 	if set.LockWritten, err = WriteLock(o.LockPath, set.Lock); err != nil {
 		return nil, err
