@@ -112,6 +112,7 @@ Start with:
 		a.newRenderCmd(),
 		a.newLabCmd(),
 		a.newDaemonCmd(),
+		a.newStateCmd(),
 	} {
 		root.AddCommand(c)
 	}
