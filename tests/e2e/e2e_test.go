@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"github.com/hardway/hardway/internal/labtest"
 	"github.com/hardway/hardway/internal/mirrortest"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,6 +161,90 @@ func TestControlPlane(t *testing.T) {
 		}
 		if out := e.mustUp("--dry-run"); !strings.Contains(out, "no changes") {
 			t.Fatalf("dry run after up:\n%s", out)
+		}
+	})
+
+	// Issue 11's acceptance: a lost state directory (a fresh clone) never
+	// replaces the cluster's identity; state pull brings it back.
+	t.Run("a lost state directory: up stops before writing, state pull restores it, up says no changes", func(t *testing.T) {
+		e.t = t
+		kubectl := filepath.Join(e.mirror, "kubernetes/release/v1.36.3/bin/linux/amd64/kubectl")
+		st := filepath.Join(filepath.Dir(e.inv), ".hardway")
+		kc := filepath.Join(st, "kubeconfigs/admin.kubeconfig")
+		if out, err := exec.Command(kubectl, "--kubeconfig", kc, "create", "secret", "generic", "hardway-e2e-keep",
+			"--from-literal=answer=42").CombinedOutput(); err != nil {
+			t.Fatalf("create secret: %v %s", err, out)
+		}
+		identity := "sha256sum /var/lib/kubernetes/ca.crt /var/lib/kubernetes/ca.key /etc/etcd/ca.crt " +
+			"/var/lib/kubernetes/front-proxy-ca.crt /var/lib/kubernetes/front-proxy-ca.key " +
+			"/var/lib/kubernetes/service-account.key /var/lib/kubernetes/service-account.pub /var/lib/kubernetes/encryption-config.yaml"
+		sums := func() map[string]string {
+			m := map[string]string{}
+			for _, h := range e.res.Hosts {
+				out, err := e.ssh(h.Name, identity)
+				if err != nil {
+					t.Fatalf("%s: %v %s", h.Name, err, out)
+				}
+				m[h.Name] = out
+			}
+			return m
+		}
+		before, since := sums(), e.activeSince()
+		moved := st + ".moved"
+		if err := os.Rename(st, moved); err != nil {
+			t.Fatal(err)
+		}
+
+		code, out, errs := e.hardway("up")
+		if code == 0 {
+			t.Fatalf("up without the state directory succeeded:\n%s", out)
+		}
+		if !strings.Contains(errs, "hardway state pull --from controller-1") || !strings.Contains(errs, "nothing was written") {
+			t.Errorf("up's error does not name state pull:\n%s", errs)
+		}
+		if after := sums(); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatalf("the hosts' identity changed:\nbefore %v\nafter  %v", before, after)
+		}
+		if _, err := os.Stat(filepath.Join(st, "pki/ca.crt")); err == nil {
+			t.Fatal("up made a new CA")
+		}
+
+		code, out, errs = e.hardway("state", "pull", "--from", "controller-1")
+		if code != 0 {
+			t.Fatalf("state pull: exit %d\n%s\n%s", code, out, errs)
+		}
+		t.Logf("state pull:\n%s", out)
+		// Every file of the lost directory is back, byte for byte, but for
+		// kube-proxy's, which no host holds without workers (issued anew).
+		err := filepath.WalkDir(moved, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, _ := filepath.Rel(moved, p)
+			if rel == "lock" || strings.HasPrefix(rel, "logs/") || strings.Contains(rel, "kube-proxy") {
+				return nil
+			}
+			a, _ := os.ReadFile(p)
+			b, err := os.ReadFile(filepath.Join(st, rel))
+			if err != nil || !bytes.Equal(a, b) {
+				t.Errorf("%s not restored (%v)", rel, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if out := e.mustUp(); !strings.Contains(out, "no changes") {
+			t.Fatalf("up after state pull:\n%s", out)
+		}
+		if after := e.activeSince(); fmt.Sprint(after) != fmt.Sprint(since) {
+			t.Errorf("services restarted:\nbefore %v\nafter  %v", since, after)
+		}
+		got, err := exec.Command(kubectl, "--kubeconfig", kc, "get", "secret", "hardway-e2e-keep",
+			"-o", "jsonpath={.data.answer}").CombinedOutput()
+		if err != nil || string(got) != "NDI=" {
+			t.Fatalf("the Secret from before: %v %q", err, got)
 		}
 	})
 
