@@ -26,6 +26,12 @@ func main() {
 		addr = a
 	}
 	host, _ := os.Hostname()
+	srv := &http.Server{Addr: addr, Handler: handler(host), ReadHeaderTimeout: 10 * time.Second}
+	log.Printf("hello: listening on %s", addr)
+	log.Fatal(srv.ListenAndServe())
+}
+
+func handler(host string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
@@ -54,7 +60,5 @@ func main() {
 		fmt.Fprintln(w, strings.Join(addrs, "\n"))
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	log.Printf("hello: listening on %s", addr)
-	log.Fatal(srv.ListenAndServe())
+	return mux
 }

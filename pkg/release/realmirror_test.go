@@ -1,0 +1,125 @@
+package release
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/hardway/hardway/internal/mirrortest"
+	"github.com/hardway/hardway/pkg/inventory"
+)
+
+// The images hack/mirror/build.sh makes, by the names a worker's containerd
+// knows them.
+var realImages = map[string]string{
+	"registry.k8s.io/pause:3.10.2":            "pause-3.10.2.tar",
+	"registry.k8s.io/coredns/coredns:v1.14.7": "coredns-v1.14.7.tar",
+	"hardway.local/hello:v1":                  "hello-v1.tar",
+}
+
+// TestRealMirror resolves the whole worker set from the mirror
+// hack/mirror/build.sh lays out: the real binaries, their real checksum
+// files, the real image tarballs. It runs the verified binaries' --version
+// to prove each is what its name says. Skipped without the mirror unless
+// HARDWAY_MIRROR is set (as `make test` does).
+func TestRealMirror(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads ~500 MB")
+	}
+	root := mirrortest.Dir()
+	w, _ := inventory.DefaultWorkerVersions(nil)
+	arch := runtime.GOARCH
+	need := []string{
+		"kubernetes/release/" + mirrortest.Kubernetes + "/bin/linux/" + arch + "/kubelet.sha512",
+		"etcd/" + mirrortest.Etcd + "/SHA256SUMS",
+		"containerd/" + w.Containerd + "/containerd-" + strings.TrimPrefix(w.Containerd, "v") + "-linux-" + arch + ".tar.gz.sha256sum",
+		"runc/" + w.Runc + "/runc.sha256sum",
+		"cni-plugins/" + w.CNIPlugins + "/cni-plugins-linux-" + arch + "-" + w.CNIPlugins + ".tgz.sha512",
+		"crictl/" + w.Crictl + "/crictl-" + w.Crictl + "-linux-" + arch + ".tar.gz.sha256",
+		"images/SHA256SUMS",
+	}
+	for _, p := range need {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			msg := "the release mirror lacks " + p + ": build it with 'make mirror' (hack/mirror/build.sh)"
+			if os.Getenv("HARDWAY_MIRROR") == "" {
+				t.Skip(msg)
+			}
+			t.Fatal(msg)
+		}
+	}
+	u := "file://" + root
+	dir := t.TempDir()
+	o := Options{
+		Kubernetes: mirrortest.Kubernetes, Etcd: mirrortest.Etcd, Arch: arch, Workers: true,
+		KubernetesMirror: u + "/kubernetes", EtcdMirror: u + "/etcd",
+		ContainerdMirror: u + "/containerd", RuncMirror: u + "/runc", CNIPluginsMirror: u + "/cni-plugins", CrictlMirror: u + "/crictl",
+		LockPath: filepath.Join(dir, LockFileName), CacheDir: filepath.Join(dir, "cache"),
+	}
+	for n, f := range realImages {
+		o.Images = append(o.Images, inventory.Image{Name: n, URL: u + "/images/" + f})
+	}
+	s, err := Resolve(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *s.Workers != w {
+		t.Errorf("worker versions %+v, want the tested %+v", *s.Workers, w)
+	}
+	// The verified binaries say what they are (running them is fine: their checksums matched).
+	for n, want := range map[string][]string{
+		"containerd":              {"--version", w.Containerd},
+		"containerd-shim-runc-v2": {"-v", w.Containerd},
+		"ctr":                     {"--version", w.Containerd},
+		"runc":                    {"--version", "runc version " + strings.TrimPrefix(w.Runc, "v"), "libseccomp: "},
+		"crictl":                  {"--version", w.Crictl},
+		"kubelet":                 {"--version", "Kubernetes " + mirrortest.Kubernetes},
+		"kube-proxy":              {"--version", "Kubernetes " + mirrortest.Kubernetes},
+	} {
+		a, ok := s.Get(n)
+		if !ok {
+			t.Errorf("set has no %s", n)
+			continue
+		}
+		bin := filepath.Join(dir, n)
+		data, _ := os.ReadFile(a.Path)
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(bin, want[0]).CombinedOutput()
+		for _, w := range want[1:] {
+			if !bytes.Contains(out, []byte(w)) {
+				t.Errorf("%s %s: %v, %q does not say %q", n, want[0], err, out, w)
+			}
+		}
+	}
+	for _, p := range CNIPlugins {
+		a, ok := s.Get(CNIPrefix + p)
+		if data, _ := os.ReadFile(a.Path); !ok || !bytes.HasPrefix(data, []byte("\x7fELF")) {
+			t.Errorf("%s%s is not an ELF binary", CNIPrefix, p)
+		}
+	}
+	for _, a := range s.Images() {
+		if a.Image.Arch != arch || a.Image.OS != "linux" || !strings.HasPrefix(a.Image.ID, "sha256:") {
+			t.Errorf("%s: %+v", a.Name, a.Image)
+		}
+	}
+	if len(s.Images()) != len(realImages) {
+		t.Errorf("%d images, want %d", len(s.Images()), len(realImages))
+	}
+
+	// Offline, from the cache and the lock just written.
+	o.Offline = true
+	s2, err := Resolve(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range s2.Artifacts {
+		if a.SHA256 != s.Artifacts[i].SHA256 {
+			t.Errorf("%s: offline gave other bytes", a.Name)
+		}
+	}
+}
