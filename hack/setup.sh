@@ -20,6 +20,9 @@ declare -A pkgs=(
   [tar]=tar
   [sudo]=sudo                      # pkg/remote tests: sudo -n for a non-root user
   [/usr/bin/time]=time            # GNU time -v: peak RSS in hack/bench-up.sh
+  [gcc]=gcc                        # hack/mirror: runc (cgo) and the pause binary
+  [/usr/lib/$(uname -m)-linux-gnu/libc.a]=libc6-dev  # static links of runc and pause
+  [/usr/include/seccomp.h]=libseccomp-dev       # runc's seccomp support, linked statically
 )
 need=()
 for cmd in "${!pkgs[@]}"; do

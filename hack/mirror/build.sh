@@ -1,31 +1,65 @@
 #!/usr/bin/env bash
-# hack/mirror/build.sh: build the release binaries hardway installs (etcd, etcdctl, etcdutl,
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl) from source through the Go
-# module proxy, and lay them out like the official download sites, so the lab and the tests use
-# the real binaries without reaching those sites:
+# hack/mirror/build.sh: build the release binaries and images hardway installs from source through
+# the Go module proxy, and lay them out like the official download sites, so the lab and the tests
+# use the real binaries without reaching those sites:
 #
 #   $MIRROR/kubernetes/release/vX.Y.Z/bin/linux/<arch>/<bin>{,.sha256,.sha512}
 #   $MIRROR/kubernetes/release/stable-X.Y.txt
 #   $MIRROR/etcd/vA.B.C/etcd-vA.B.C-linux-<arch>.tar.gz   (top dir etcd-vA.B.C-linux-<arch>/)
 #   $MIRROR/etcd/vA.B.C/SHA256SUMS
+#   $MIRROR/containerd/vX/containerd-X-linux-<arch>.tar.gz{,.sha256sum}   (bin/containerd, ...)
+#   $MIRROR/runc/vX/runc.<arch> + runc.sha256sum
+#   $MIRROR/cni-plugins/vX/cni-plugins-linux-<arch>-vX.tgz{,.sha256,.sha512}
+#   $MIRROR/crictl/vX/crictl-vX-linux-<arch>.tar.gz{,.sha256}
+#   $MIRROR/coredns/vX/coredns_X_linux_<arch>.tgz{,.sha256}
+#   $MIRROR/images/<name>.tar + SHA256SUMS   (docker-archive tarballs, made with no registry)
 #
-# Point an inventory at it with releases.kubernetes: file://$MIRROR/kubernetes and
-# releases.etcd: file://$MIRROR/etcd. Cached per version: a second run only re-checks digests.
-# Go's own module and build caches are left where `go env` puts them, so CI on the same
-# machine reuses them (cold ~15 min on 2 cores, warm caches ~30 s).
+# Point an inventory at it with releases.kubernetes: file://$MIRROR/kubernetes, releases.etcd:
+# file://$MIRROR/etcd, releases.containerd: file://$MIRROR/containerd and so on (the script prints
+# the lines). Cached per version: a second run only re-checks digests. Every output is
+# reproducible: -trimpath, fixed version ldflags, tarballs with sorted names, owner 0 and the
+# release tag's time, gzip -n, image layers with fixed times; a rebuild gives the same bytes.
+# Go's own module and build caches are left where `go env` puts them, so CI on the same machine
+# reuses them.
+#
+# usage: build.sh [COMPONENT|GROUP ...]     (default: all)
+#   components: etcd kubernetes containerd runc cni crictl coredns images
+#   groups:     control-plane (etcd kubernetes), worker (containerd runc cni crictl),
+#               all (everything)
+# `build.sh worker images` builds what a worker needs without touching Kubernetes; the images
+# need only the k8s.io/kubernetes module source (for pause.c), not a Kubernetes build.
 #
 # This is a development tool, not part of hardway.
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
+RUNC_VERSION=${RUNC_VERSION:-v1.5.3}
+CNI_VERSION=${CNI_VERSION:-v1.10.0}
+CRICTL_VERSION=${CRICTL_VERSION:-v1.37.0}
+COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
+PAUSE_VERSION=${PAUSE_VERSION:-3.10.2}
+HELLO_TAG=v1
+# The hello image has no upstream tag to take a time from: a fixed one keeps it reproducible.
+HELLO_CREATED=2026-01-01T00:00:00Z
+
+# Image names as a worker's containerd knows them: pause under containerd's default sandbox
+# name (so kubelet never tries to pull it), CoreDNS under its upstream name.
+PAUSE_IMAGE=registry.k8s.io/pause:$PAUSE_VERSION
+COREDNS_IMAGE=registry.k8s.io/coredns/coredns:$COREDNS_VERSION
+HELLO_IMAGE=hardway.local/hello:$HELLO_TAG
+
 GOOS=linux
 GOARCH=${GOARCH:-$(go env GOARCH)}
 MIRROR=${HARDWAY_MIRROR:-/var/tmp/hardway/mirror}
 WORK=${HARDWAY_MIRROR_WORK:-$(dirname "$MIRROR")/mirror-work}
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
 
 K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 ETCD_BINS=(etcd etcdctl etcdutl)
+CONTAINERD_BINS=(containerd containerd-shim-runc-v2 ctr)
+CNI_PLUGINS=(bridge host-local loopback portmap)
 
 # The wrapper modules live outside any checkout; never let a go.work or the
 # project's go.mod leak in, and never download a newer toolchain.
@@ -46,6 +80,12 @@ write_atomic() {
   cat > "$tmp" && chmod 0644 "$tmp" && mv -f "$tmp" "$1"
 }
 
+# sumline FILE ALGO: "<hex>  <basename>", the line sha256sum -c reads (containerd, CNI, crictl)
+sumline() { printf '%s  %s\n' "$(digest "${2}sum" "$1")" "$(basename "$1")"; }
+
+# sums_ok DIR SUMFILE: every file SUMFILE lists is there and matches
+sums_ok() { [ -s "$1/$2" ] && (cd "$1" && sha256sum -c --quiet --status "$2"); }
+
 # mod_field MOD@VER FIELD: a field of `go mod download -json` (downloads the module if needed)
 mod_json() { (cd "$WORK" && go mod download -json "$1"); }
 json_field() { sed -n "s/^[[:space:]]*\"$1\": \"\\(.*\\)\",\\{0,1\\}\$/\\1/p" | head -1; }
@@ -57,14 +97,46 @@ tag_time() { (cd "$WORK" && go mod download -json "$1") | json_field Info | xarg
 # module's availability check fail on the next run
 install_gomod() { local tmp="$1/go.mod.tmp"; cat > "$tmp"; mv -f "$tmp" "$1/go.mod"; }
 
+go_minor() { go env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/'; }
+
+# wrapper NAME: a fresh module that only requires what `go get` adds, so an upstream go.mod's own
+# replace directives (ignored for dependencies) never matter
+wrapper() {
+  local w=$WORK/$1
+  mkdir -p "$w"
+  [ -s "$w/go.mod" ] || printf 'module hardway.invalid/mirror/%s\n\ngo %s\n' "$1" "$(go_minor)" | install_gomod "$w"
+  echo "$w"
+}
+
+# tgz DIR OUT MTIME PATH...: a reproducible tarball: fixed order, owner and mtime (the tag's),
+# gzip without a name or timestamp
+tgz() {
+  local dir=$1 out=$2 tm=$3; shift 3
+  (cd "$dir" && tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="$tm" \
+     -cf - "$@" | gzip -n -9) > "$out.tmp"
+  mv -f "$out.tmp" "$out"
+}
+
+# timed NAME CMD...: run and remember the wall time for the summary
+declare -A TIMES=()
+timed() {
+  local name=$1 t0; shift; t0=$(date +%s)
+  "$@"
+  TIMES[$name]=$(( $(date +%s) - t0 ))
+  log "$name: built in ${TIMES[$name]}s"
+}
+
 # says WANT CMD...: CMD's output (stdout+stderr) has a line matching the regexp WANT. The output
 # is read whole first: `cmd | grep -q` under pipefail fails at random when grep exits at the first
-# match and cmd, still writing, dies of SIGPIPE (etcd --version prints four lines).
+# match and cmd, still writing, dies of SIGPIPE.
 says() {
   local want=$1 out; shift
   out=$("$@" 2>&1) || true
   grep -q -- "$want" <<<"$out" || { echo "mirror: $* says:" >&2; echo "$out" >&2; return 1; }
 }
+
+# static_ok FILE: no dynamic section (runc and pause must run on any distribution)
+static_ok() { local d; d=$(readelf -d "$1" 2>&1) || return 1; ! grep -q '(NEEDED)' <<<"$d"; }
 
 mkdir -p "$WORK" "$MIRROR"
 T0=$(date +%s)
@@ -79,7 +151,7 @@ k8s_complete() {
   done
 }
 
-build_k8s() {
+build_kubernetes() {
   local w=$WORK/kubernetes-$K8S_VERSION gomod tm major minor rest pkgs=() b
   mkdir -p "$w/stubs"
   log "kubernetes $K8S_VERSION: reading its go.mod"
@@ -137,7 +209,6 @@ build_k8s() {
   rm -rf "$w/out"
 }
 
-
 # ---------------------------------------------------------------- etcd
 etcd_dir=$MIRROR/etcd/$ETCD_VERSION
 etcd_name=etcd-$ETCD_VERSION-$GOOS-$GOARCH
@@ -156,7 +227,7 @@ build_etcd() {
   {
     echo "module hardway.invalid/mirror/etcd"
     echo
-    echo "go $(go env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')"
+    echo "go $(go_minor)"
     echo
     echo "require ("
     for m in "${pkgs[@]}"; do echo "	$m $ETCD_VERSION"; done
@@ -172,31 +243,224 @@ build_etcd() {
    done) >&2
   says "^etcd Version: ${ETCD_VERSION#v}\$" "$w/out/$etcd_name/etcd" --version || die "etcd --version does not say ${ETCD_VERSION#v}"
 
-  # a reproducible tarball: fixed order, owner and mtime (the tag's), gzip without a timestamp
   mkdir -p "$etcd_dir"
-  (cd "$w/out" && tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="$tm" \
-     -cf - "$etcd_name" | gzip -n -9) > "$etcd_tgz.tmp"
-  mv -f "$etcd_tgz.tmp" "$etcd_tgz"
+  tgz "$w/out" "$etcd_tgz" "$tm" "$etcd_name"
   sha=$(digest sha256sum "$etcd_tgz")
   printf '%s  %s\n' "$sha" "$etcd_name.tar.gz" | write_atomic "$etcd_dir/SHA256SUMS"
   rm -rf "$w/out"
 }
 
-if etcd_complete; then
-  log "etcd $ETCD_VERSION: cached in $etcd_dir"
-else
-  build_etcd
-fi
+# ---------------------------------------------------------------- containerd
+# Official: containerd-2.4.2-linux-amd64.tar.gz (bin/...) and its .sha256sum ("<hex>  <file>").
+containerd_dir=$MIRROR/containerd/$CONTAINERD_VERSION
+containerd_tgz=containerd-${CONTAINERD_VERSION#v}-$GOOS-$GOARCH.tar.gz
+containerd_complete() { sums_ok "$containerd_dir" "$containerd_tgz.sha256sum"; }
 
-# etcd first: it takes a minute, Kubernetes a quarter of an hour
-if k8s_complete; then
-  log "kubernetes $K8S_VERSION: cached in $k8s_dir"
-else
-  build_k8s
-fi
-minor_line=${K8S_VERSION#v}; minor_line=${minor_line%.*}
-printf '%s' "$K8S_VERSION" | write_atomic "$MIRROR/kubernetes/release/stable-$minor_line.txt"
+build_containerd() {
+  local w m=github.com/containerd/containerd/v2 tm pkgs=() b
+  w=$(wrapper containerd-$CONTAINERD_VERSION)
+  for b in "${CONTAINERD_BINS[@]}"; do pkgs+=("$m/cmd/$b"); done
+  tm=$(tag_time "$m@$CONTAINERD_VERSION")
+  log "containerd $CONTAINERD_VERSION: resolving modules"
+  (cd "$w" && go get "${pkgs[@]/%/@$CONTAINERD_VERSION}") >&2
+  log "containerd $CONTAINERD_VERSION: building ${CONTAINERD_BINS[*]}"
+  rm -rf "$w/out"; mkdir -p "$w/out/bin"
+  # the storage drivers hardway does not use need cgo and headers; upstream's static build drops them too
+  local ld="-s -w -X $m/version.Version=$CONTAINERD_VERSION -X $m/version.Revision=$CONTAINERD_VERSION -X $m/version.Package=github.com/containerd/containerd/v2"
+  (cd "$w" && go build -trimpath -tags no_btrfs,no_devmapper,no_zfs -ldflags "$ld" -o "$w/out/bin/" "${pkgs[@]}") >&2
+  says " $CONTAINERD_VERSION " "$w/out/bin/containerd" --version || die "containerd --version does not say $CONTAINERD_VERSION"
+  mkdir -p "$containerd_dir"
+  tgz "$w/out" "$containerd_dir/$containerd_tgz" "$tm" bin
+  sumline "$containerd_dir/$containerd_tgz" sha256 | write_atomic "$containerd_dir/$containerd_tgz.sha256sum"
+  rm -rf "$w/out"
+}
+
+# ---------------------------------------------------------------- runc
+# Official: runc.amd64 (static, with seccomp) and runc.sha256sum listing every file of the release.
+runc_dir=$MIRROR/runc/$RUNC_VERSION
+runc_complete() { [ -x "$runc_dir/runc.$GOARCH" ] && sums_ok "$runc_dir" runc.sha256sum; }
+
+build_runc() {
+  local w m=github.com/opencontainers/runc
+  [ -e /usr/include/seccomp.h ] || die "runc needs libseccomp-dev (run hack/setup.sh)"
+  command -v gcc >/dev/null || die "runc needs gcc (run hack/setup.sh)"
+  w=$(wrapper runc-$RUNC_VERSION)
+  log "runc $RUNC_VERSION: resolving modules"
+  (cd "$w" && go get "$m@$RUNC_VERSION") >&2
+  log "runc $RUNC_VERSION: building (cgo, static, seccomp)"
+  rm -rf "$w/out"; mkdir -p "$w/out"
+  # like upstream's `make static`: cgo for nsenter, libseccomp linked in, no libc at run time
+  (cd "$w" && CGO_ENABLED=1 go build -trimpath -tags "seccomp netgo osusergo urfave_cli_no_docs" \
+     -ldflags "-s -w -X main.version=${RUNC_VERSION#v} -X main.gitCommit=$RUNC_VERSION -extldflags -static" \
+     -o "$w/out/runc.$GOARCH" "$m") >&2
+  static_ok "$w/out/runc.$GOARCH" || die "runc is not static"
+  says "^runc version ${RUNC_VERSION#v}\$" "$w/out/runc.$GOARCH" --version || die "runc --version does not say ${RUNC_VERSION#v}"
+  says "^libseccomp: " "$w/out/runc.$GOARCH" --version || die "runc was built without seccomp"
+  mkdir -p "$runc_dir"
+  install -m 0755 "$w/out/runc.$GOARCH" "$runc_dir/.runc.tmp" && mv -f "$runc_dir/.runc.tmp" "$runc_dir/runc.$GOARCH"
+  sumline "$runc_dir/runc.$GOARCH" sha256 | write_atomic "$runc_dir/runc.sha256sum"
+  rm -rf "$w/out"
+}
+
+# ---------------------------------------------------------------- CNI plugins
+# Official: cni-plugins-linux-amd64-v1.10.0.tgz (./bridge, ./host-local, ...) + .sha256 and .sha512.
+cni_dir=$MIRROR/cni-plugins/$CNI_VERSION
+cni_tgz=cni-plugins-$GOOS-$GOARCH-$CNI_VERSION.tgz
+cni_complete() { sums_ok "$cni_dir" "$cni_tgz.sha256" && [ -s "$cni_dir/$cni_tgz.sha512" ]; }
+
+build_cni() {
+  local w m=github.com/containernetworking/plugins tm pkgs=() p
+  w=$(wrapper cni-plugins-$CNI_VERSION)
+  for p in main/bridge ipam/host-local main/loopback meta/portmap; do pkgs+=("$m/plugins/$p"); done
+  tm=$(tag_time "$m@$CNI_VERSION")
+  log "CNI plugins $CNI_VERSION: resolving modules"
+  (cd "$w" && go get "${pkgs[@]/%/@$CNI_VERSION}") >&2
+  log "CNI plugins $CNI_VERSION: building ${CNI_PLUGINS[*]}"
+  rm -rf "$w/out"; mkdir -p "$w/out"
+  (cd "$w" && go build -trimpath -ldflags "-s -w -X $m/pkg/utils/buildversion.BuildVersion=$CNI_VERSION" \
+     -o "$w/out/" "${pkgs[@]}") >&2
+  for p in "${CNI_PLUGINS[@]}"; do [ -x "$w/out/$p" ] || die "CNI plugin $p was not built"; done
+  says "^CNI bridge plugin $CNI_VERSION\$" "$w/out/bridge" || die "bridge does not say $CNI_VERSION"
+  mkdir -p "$cni_dir"
+  tgz "$w/out" "$cni_dir/$cni_tgz" "$tm" .
+  sumline "$cni_dir/$cni_tgz" sha512 | write_atomic "$cni_dir/$cni_tgz.sha512"
+  sumline "$cni_dir/$cni_tgz" sha256 | write_atomic "$cni_dir/$cni_tgz.sha256"
+  rm -rf "$w/out"
+}
+
+# ---------------------------------------------------------------- crictl
+# Official: crictl-v1.37.0-linux-amd64.tar.gz (crictl at the top) + .sha256.
+crictl_dir=$MIRROR/crictl/$CRICTL_VERSION
+crictl_tgz=crictl-$CRICTL_VERSION-$GOOS-$GOARCH.tar.gz
+crictl_complete() { sums_ok "$crictl_dir" "$crictl_tgz.sha256"; }
+
+build_crictl() {
+  local w m=sigs.k8s.io/cri-tools tm
+  w=$(wrapper cri-tools-$CRICTL_VERSION)
+  tm=$(tag_time "$m@$CRICTL_VERSION")
+  log "crictl $CRICTL_VERSION: resolving modules"
+  (cd "$w" && go get "$m/cmd/crictl@$CRICTL_VERSION") >&2
+  log "crictl $CRICTL_VERSION: building"
+  rm -rf "$w/out"; mkdir -p "$w/out"
+  (cd "$w" && go build -trimpath -ldflags "-s -w -X $m/pkg/version.Version=$CRICTL_VERSION" \
+     -o "$w/out/crictl" "$m/cmd/crictl") >&2
+  says "$CRICTL_VERSION" "$w/out/crictl" --version || die "crictl --version does not say $CRICTL_VERSION"
+  mkdir -p "$crictl_dir"
+  tgz "$w/out" "$crictl_dir/$crictl_tgz" "$tm" crictl
+  sumline "$crictl_dir/$crictl_tgz" sha256 | write_atomic "$crictl_dir/$crictl_tgz.sha256"
+  rm -rf "$w/out"
+}
+
+# ---------------------------------------------------------------- CoreDNS
+# Official: coredns_1.14.7_linux_amd64.tgz (coredns at the top) + .sha256. The image is made
+# from this binary by build_images.
+coredns_dir=$MIRROR/coredns/$COREDNS_VERSION
+coredns_tgz=coredns_${COREDNS_VERSION#v}_${GOOS}_$GOARCH.tgz
+coredns_complete() { sums_ok "$coredns_dir" "$coredns_tgz.sha256"; }
+
+build_coredns() {
+  local w m=github.com/coredns/coredns tm
+  w=$(wrapper coredns-$COREDNS_VERSION)
+  tm=$(tag_time "$m@$COREDNS_VERSION")
+  log "CoreDNS $COREDNS_VERSION: resolving modules"
+  (cd "$w" && go get "$m@$COREDNS_VERSION") >&2
+  log "CoreDNS $COREDNS_VERSION: building"
+  rm -rf "$w/out"; mkdir -p "$w/out"
+  (cd "$w" && go build -trimpath -ldflags "-s -w -X $m/coremain.GitCommit=$COREDNS_VERSION" -o "$w/out/coredns" "$m") >&2
+  says "CoreDNS-${COREDNS_VERSION#v}" "$w/out/coredns" -version || die "coredns -version does not say ${COREDNS_VERSION#v}"
+  mkdir -p "$coredns_dir"
+  tgz "$w/out" "$coredns_dir/$coredns_tgz" "$tm" coredns
+  sumline "$coredns_dir/$coredns_tgz" sha256 | write_atomic "$coredns_dir/$coredns_tgz.sha256"
+  rm -rf "$w/out"
+}
+
+# ---------------------------------------------------------------- images
+# docker-archive tarballs (what `ctr images import` and hardway's image check read), written by
+# hack/mirror/mkimage with no registry and no daemon: one layer, linux/<arch>, an entrypoint.
+images_dir=$MIRROR/images
+pause_tar=pause-$PAUSE_VERSION.tar
+coredns_tar=coredns-$COREDNS_VERSION.tar
+hello_tar=hello-$HELLO_TAG.tar
+images_complete() {
+  local f
+  for f in "$pause_tar" "$coredns_tar" "$hello_tar"; do grep -q "  $f\$" "$images_dir/SHA256SUMS" 2>/dev/null || return 1; done
+  sums_ok "$images_dir" SHA256SUMS
+}
+
+build_images() {
+  local w=$WORK/images src tm_k8s tm_dns
+  mkdir -p "$w"
+  # the tools come from this checkout (the project's go.mod pins go-containerregistry)
+  log "images: building mkimage and the hello server"
+  (cd "$TOP" && go build -trimpath -ldflags "-s -w" -o "$w/mkimage" ./hack/mirror/mkimage \
+     && go build -trimpath -ldflags "-s -w" -o "$w/hello" ./hack/mirror/hello) >&2
+
+  # pause: the real pause.c from the Kubernetes module zip, built like build/pause/Makefile
+  command -v gcc >/dev/null || die "pause needs gcc (run hack/setup.sh)"
+  src=$(mod_json "k8s.io/kubernetes@$K8S_VERSION" | json_field Dir)/build/pause/linux/pause.c
+  [ -s "$src" ] || die "no pause.c in k8s.io/kubernetes@$K8S_VERSION ($src)"
+  tm_k8s=$(tag_time "k8s.io/kubernetes@$K8S_VERSION")
+  (cd "$w" && gcc -Os -Wall -Werror -static -ffile-prefix-map="$(dirname "$src")"=. \
+     -DVERSION="v$PAUSE_VERSION" -o "$w/pause" "$src" && strip "$w/pause")
+  static_ok "$w/pause" || die "pause is not static"
+
+  # CoreDNS: the binary of the coredns component, from its tarball
+  coredns_complete || die "the CoreDNS image needs the coredns component: build.sh coredns images"
+  tm_dns=$(tag_time "github.com/coredns/coredns@$COREDNS_VERSION")
+  rm -rf "$w/coredns-bin"; mkdir -p "$w/coredns-bin"
+  tar -xzf "$coredns_dir/$coredns_tgz" -C "$w/coredns-bin" coredns
+
+  mkdir -p "$images_dir"
+  mk() { # OUT NAME CREATED ENTRYPOINT SRC:DEST...
+    local out=$1 name=$2 created=$3 ep=$4; shift 4
+    local args=() f
+    for f in "$@"; do args+=(-file "$f"); done
+    "$w/mkimage" -name "$name" -arch "$GOARCH" -created "$created" -entrypoint "$ep" "${args[@]}" -o "$images_dir/.$out.tmp" >&2
+    mv -f "$images_dir/.$out.tmp" "$images_dir/$out"
+  }
+  mk "$pause_tar" "$PAUSE_IMAGE" "$tm_k8s" /pause "$w/pause:/pause"
+  mk "$coredns_tar" "$COREDNS_IMAGE" "$tm_dns" /coredns "$w/coredns-bin/coredns:/coredns"
+  mk "$hello_tar" "$HELLO_IMAGE" "$HELLO_CREATED" /hello "$w/hello:/hello"
+  (cd "$images_dir" && for f in "$coredns_tar" "$hello_tar" "$pause_tar"; do sumline "$f" sha256; done) \
+    | write_atomic "$images_dir/SHA256SUMS"
+}
+
+# ---------------------------------------------------------------- main
+ALL=(etcd kubernetes containerd runc cni crictl coredns images)
+want=()
+[ $# -gt 0 ] || set -- all
+for a in "$@"; do
+  case "$a" in
+    all) want+=("${ALL[@]}") ;;
+    control-plane) want+=(etcd kubernetes) ;;
+    worker|workers) want+=(containerd runc cni crictl) ;;
+    etcd|kubernetes|containerd|runc|cni|crictl|coredns) want+=("$a") ;;
+    images) want+=(coredns images) ;;  # the CoreDNS image is made from the coredns binary
+    -h|--help) sed -n '2,/^# This is a development tool/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown component $a (components: ${ALL[*]}; groups: control-plane worker all)" ;;
+  esac
+done
+# in the order of ALL, each once: etcd first (a minute), Kubernetes next (a quarter of an hour)
+for c in "${ALL[@]}"; do
+  for x in "${want[@]}"; do
+    [ "$x" = "$c" ] || continue
+    if "${c}_complete"; then log "$c: cached"; else timed "$c" "build_$c"; fi
+    if [ "$c" = kubernetes ]; then
+      minor_line=${K8S_VERSION#v}; minor_line=${minor_line%.*}
+      printf '%s' "$K8S_VERSION" | write_atomic "$MIRROR/kubernetes/release/stable-$minor_line.txt"
+    fi
+    break
+  done
+done
 
 log "mirror ready in $(( $(date +%s) - T0 ))s: $MIRROR"
+for c in "${ALL[@]}"; do
+  if [ -n "${TIMES[$c]:-}" ]; then echo "build time $c ${TIMES[$c]}s" >&2; fi
+done
 echo "kubernetes file://$MIRROR/kubernetes"
 echo "etcd file://$MIRROR/etcd"
+echo "containerd file://$MIRROR/containerd"
+echo "runc file://$MIRROR/runc"
+echo "cniPlugins file://$MIRROR/cni-plugins"
+echo "crictl file://$MIRROR/crictl"
+echo "images file://$MIRROR/images"
