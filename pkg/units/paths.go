@@ -80,6 +80,8 @@ const (
 	KubeletKey          = KubeletDir + "/kubelet.key"
 	KubeletCACert       = KubeletDir + "/ca.crt"
 	KubeProxyKubeconfig = KubeProxyDir + "/kubeconfig"
+	ModulesLoadConf     = "/etc/modules-load.d/hardway-kubernetes.conf" // loaded at every boot by systemd-modules-load
+	SysctlConf          = "/etc/sysctl.d/99-hardway-kubernetes.conf"    // applied at every boot by systemd-sysctl
 	BridgeConflist      = CNIConfDir + "/10-bridge.conflist"
 	LoopbackConf        = CNIConfDir + "/99-loopback.conf"
 )

@@ -37,6 +37,7 @@ type unitData struct {
 	// EnvironmentFile is read if it exists ("-" prefix): see EtcdJoinEnv.
 	EnvironmentFile string
 	Requires        []string // stop with these (the kubelet without containerd is no use)
+	ExecStartPre    []string // whole command lines, run before ExecStart
 	// Delegate and KillMode=process: containerd's shims and containers live
 	// in its cgroup and must survive a containerd restart.
 	Delegate  bool

@@ -32,7 +32,7 @@ func systemdRoot(t *testing.T, ms ...Manifest) string {
 		t.Fatal(err)
 	}
 	// ip is the host's own (iproute2), for the pod routes unit.
-	bins := []string{ipCommand}
+	bins := []string{ipCommand, "/sbin/modprobe", "/sbin/sysctl"}
 	for _, m := range ms {
 		for _, f := range m.Files {
 			if f.Source != nil && f.Source.Kind == SourceBinary {

@@ -80,6 +80,10 @@ func workerComponents() []Component {
 			},
 			Configs: []Config{
 				{Path: ContainerdConfig, render: renderContainerdConfig},
+				// The kernel a node needs, at every boot (the unit applies them
+				// before containerd starts, for the first boot): nothing restarts.
+				{Path: ModulesLoadConf, NoRestart: true, render: renderModulesConf},
+				{Path: SysctlConf, NoRestart: true, render: renderSysctlConf},
 				{Path: CrictlConfig, NoRestart: true, render: renderCrictlConfig},
 				// containerd watches the CNI directory: no restart.
 				{Path: BridgeConflist, NoRestart: true, render: renderBridgeConflist},
@@ -88,6 +92,10 @@ func workerComponents() []Component {
 			Dirs: []Dir{{ContainerdDir, ModeDir, Owner}, {CNIConfDir, ModeDir, Owner}, {CNIBinDir, ModeDir, Owner}, {ImageDir, ModeDir, Owner}},
 			unit: unitData{Description: "containerd container runtime", Documentation: "https://containerd.io",
 				After: []string{"network.target", "local-fs.target"}, Type: "notify",
+				// "-": a host with the modules built in, or a container (the lab)
+				// whose /proc/sys is partly read-only, is no failure; kube-proxy and
+				// verify say what is missing.
+				ExecStartPre: []string{"-/sbin/modprobe overlay", "-/sbin/modprobe br_netfilter", "-/sbin/sysctl -p " + SysctlConf},
 				// containerd's own unit: the shims and containers live in the
 				// unit's cgroup but must outlive a containerd restart; no
 				// OOMScoreAdjust (a container host cannot lower it, and a real
@@ -278,6 +286,36 @@ func (r *renderer) pauseImage() string {
 		}
 	}
 	return DefaultPauseImage
+}
+
+func renderModulesConf(*renderer, inventory.Host) ([]byte, []Setting, error) {
+	settings := []Setting{
+		{File: ModulesLoadConf, Key: "overlay", Value: "module", Reason: "containerd's overlayfs snapshotter"},
+		{File: ModulesLoadConf, Key: "br_netfilter", Value: "module", Reason: "bridged pod traffic passes iptables/nftables: a Service answered by a pod on the same bridge"},
+	}
+	var b strings.Builder
+	b.WriteString("# Rendered by hardway: kernel modules a Kubernetes node needs.\n")
+	for _, s := range settings {
+		b.WriteString(s.Key + "\n")
+	}
+	return []byte(b.String()), settings, nil
+}
+
+func renderSysctlConf(r *renderer, h inventory.Host) ([]byte, []Setting, error) {
+	settings := []Setting{
+		{File: SysctlConf, Key: "net.ipv4.ip_forward", Value: 1, Reason: "the node routes pod traffic to and from the other nodes"},
+		{File: SysctlConf, Key: "net.bridge.bridge-nf-call-iptables", Value: 1, Reason: "kube-proxy's rules see traffic between pods on one bridge (needs br_netfilter)"},
+		{File: SysctlConf, Key: "net.bridge.bridge-nf-call-ip6tables", Value: 1, Reason: "the same for IPv6"},
+	}
+	if a, err := netip.ParseAddr(h.IP()); err == nil && a.Is6() || r.inv.Network.PodNet().Addr().Is6() {
+		settings = append(settings, Setting{File: SysctlConf, Key: "net.ipv6.conf.all.forwarding", Value: 1, Reason: "IPv6 pod traffic is routed too"})
+	}
+	var b strings.Builder
+	b.WriteString("# Rendered by hardway: kernel settings a Kubernetes node needs.\n")
+	for _, s := range settings {
+		fmt.Fprintf(&b, "%s = %v\n", s.Key, s.Value)
+	}
+	return []byte(b.String()), settings, nil
 }
 
 func renderCrictlConfig(*renderer, inventory.Host) ([]byte, []Setting, error) {
