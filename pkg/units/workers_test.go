@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/coreos/go-systemd/v22/unit"
 
 	"github.com/hardway/hardway/pkg/inventory"
 )
@@ -127,6 +130,23 @@ func TestPodRoutesAndCNI(t *testing.T) {
 		u, ok := m.File(UnitPath(PodRoutes))
 		if !ok {
 			t.Fatalf("%s: no %s", m.Host, PodRoutes)
+		}
+		opts, err := unit.DeserializeOptions(bytes.NewReader(u.Content))
+		if err != nil {
+			t.Fatalf("%s: unit.Deserialize: %v", m.Host, err)
+		}
+		got := map[string][]string{}
+		for _, o := range opts {
+			got[o.Section+"."+o.Name] = append(got[o.Section+"."+o.Name], o.Value)
+		}
+		wantRoutes := len(inv.Workers)
+		if m.Role == Worker {
+			wantRoutes--
+		}
+		if !slices.Equal(got["Service.Type"], []string{"oneshot"}) || !slices.Equal(got["Service.RemainAfterExit"], []string{"yes"}) ||
+			len(got["Service.ExecStart"]) != wantRoutes || !slices.Equal(got["Service.ExecStop"], []string{"/sbin/ip route flush proto 70"}) ||
+			!slices.Equal(got["Install.WantedBy"], []string{"multi-user.target"}) {
+			t.Errorf("%s: %s: %v", m.Host, PodRoutes, got)
 		}
 		for _, w := range inv.Workers {
 			line := fmt.Sprintf("ExecStart=/sbin/ip route replace %s via %s proto 70\n", pods[w.Name], w.IP())
