@@ -143,7 +143,7 @@ T0=$(date +%s)
 
 # ---------------------------------------------------------------- Kubernetes
 k8s_dir=$MIRROR/kubernetes/release/$K8S_VERSION/bin/$GOOS/$GOARCH
-k8s_complete() {
+kubernetes_complete() {
   local b
   for b in "${K8S_BINS[@]}"; do
     [ -x "$k8s_dir/$b" ] && [ -s "$k8s_dir/$b.sha256" ] && [ -s "$k8s_dir/$b.sha512" ] || return 1
@@ -439,6 +439,11 @@ for a in "$@"; do
     -h|--help) sed -n '2,/^# This is a development tool/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown component $a (components: ${ALL[*]}; groups: control-plane worker all)" ;;
   esac
+done
+# every component has a check and a build; a missing one would silently rebuild (an `if` ignores
+# "command not found"), so refuse to start instead
+for c in "${ALL[@]}"; do
+  declare -F "${c}_complete" "build_$c" >/dev/null || die "internal: ${c}_complete or build_$c is not defined"
 done
 # in the order of ALL, each once: etcd first (a minute), Kubernetes next (a quarter of an hour)
 for c in "${ALL[@]}"; do
