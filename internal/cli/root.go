@@ -113,6 +113,7 @@ Start with:
 		a.newLabCmd(),
 		a.newDaemonCmd(),
 		a.newStateCmd(),
+		a.newEtcdCmd(),
 	} {
 		root.AddCommand(c)
 	}

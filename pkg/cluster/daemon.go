@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hardway/hardway/pkg/release"
@@ -10,10 +12,19 @@ import (
 // EtcdMemberStatus is what one member says about itself, for the daemon's
 // metrics: `hardway verify` reports health as pass/fail, this adds who leads.
 type EtcdMemberStatus struct {
-	Name      string // the inventory host
-	Reachable bool   // answered a status request
-	Leader    bool   // the member the reachable members agree leads
-	DBSize    int64  // bytes
+	Name      string `json:"name"`      // the inventory host
+	Reachable bool   `json:"reachable"` // answered a status request
+	Leader    bool   `json:"leader"`    // the member the reachable members agree leads
+	DBSize    int64  `json:"dbSize"`    // bytes
+	// For 'hardway etcd status'.
+	Endpoint    string   `json:"endpoint"`
+	MemberID    string   `json:"memberID,omitempty"` // hex, as etcdctl prints it
+	Version     string   `json:"version,omitempty"`
+	DBSizeInUse int64    `json:"dbSizeInUse,omitempty"`
+	RaftIndex   uint64   `json:"raftIndex,omitempty"`
+	RaftTerm    uint64   `json:"raftTerm,omitempty"`
+	Alarms      []string `json:"alarms,omitempty"`
+	Error       string   `json:"error,omitempty"`
 }
 
 // EtcdStatus asks every control-plane member for its status, each under
@@ -28,14 +39,17 @@ func (c *Cluster) EtcdStatus(ctx context.Context) ([]EtcdMemberStatus, error) {
 	ids := make([]uint64, len(out))
 	votes := map[uint64]int{}
 	for i, h := range c.Inv.ControlPlane {
-		out[i].Name = h.Name
+		out[i].Name, out[i].Endpoint = h.Name, c.etcdEndpoint(h)
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		st, err := cli.Status(sctx, c.etcdEndpoint(h))
 		cancel()
 		if err != nil {
+			out[i].Error = err.Error()
 			continue
 		}
 		out[i].Reachable, out[i].DBSize, ids[i] = true, st.DBSize, st.MemberID
+		out[i].MemberID, out[i].Version, out[i].DBSizeInUse = fmt.Sprintf("%x", st.MemberID), st.Version, st.DBSizeInUse
+		out[i].RaftIndex, out[i].RaftTerm = st.RaftIndex, st.RaftTerm
 		if st.Leader != 0 {
 			votes[st.Leader]++
 		}
@@ -48,8 +62,24 @@ func (c *Cluster) EtcdStatus(ctx context.Context) ([]EtcdMemberStatus, error) {
 			leader = id
 		}
 	}
+	// Alarms name the member by ID: "member <hex>: NOSPACE".
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	alarms, aerr := cli.Alarms(actx)
+	cancel()
 	for i := range out {
 		out[i].Leader = leader != 0 && ids[i] == leader
+		for _, a := range alarms {
+			if ids[i] != 0 && strings.HasPrefix(a, fmt.Sprintf("member %x: ", ids[i])) {
+				out[i].Alarms = append(out[i].Alarms, strings.TrimPrefix(a, fmt.Sprintf("member %x: ", ids[i])))
+			}
+		}
+	}
+	if aerr != nil && len(out) > 0 {
+		for i := range out {
+			if out[i].Reachable {
+				out[i].Alarms = append(out[i].Alarms, "unknown: "+aerr.Error())
+			}
+		}
 	}
 	return out, nil
 }

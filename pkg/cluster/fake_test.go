@@ -167,6 +167,7 @@ type fakeEtcd struct {
 	members []etcd.Member
 	health  map[string]bool // endpoint or client URL -> answers
 	down    bool            // no quorum: the member list fails
+	alarms  []string        // "member <hex id>: NOSPACE"
 	calls   []string
 }
 
@@ -216,10 +217,23 @@ func (e *fakeEtcd) Status(_ context.Context, ep string) (etcd.Status, error) {
 	if !e.health[ep] {
 		return etcd.Status{}, fmt.Errorf("etcd status %s: connection refused", ep)
 	}
-	return etcd.Status{Endpoint: ep}, nil
+	st := etcd.Status{Endpoint: ep, Version: "3.6.16", DBSize: 4 << 20, DBSizeInUse: 1 << 20, RaftIndex: 1234, RaftTerm: 2}
+	for _, m := range e.members {
+		if len(m.ClientURLs) > 0 && m.ClientURLs[0] == ep {
+			st.MemberID = m.ID
+		}
+		if len(e.members) > 0 {
+			st.Leader = e.members[0].ID
+		}
+	}
+	return st, nil
 }
 
-func (e *fakeEtcd) Alarms(context.Context) ([]string, error)    { return nil, nil }
+func (e *fakeEtcd) Alarms(context.Context) ([]string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.alarms, nil
+}
 func (e *fakeEtcd) Get(context.Context, string) ([]byte, error) { return nil, nil }
 func (e *fakeEtcd) Close() error                                { return nil }
 func (e *fakeEtcd) AddMember(_ context.Context, peer string) (uint64, error) {

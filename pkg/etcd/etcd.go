@@ -108,7 +108,13 @@ type Status struct {
 	Leader    uint64 // member ID of the leader as this endpoint sees it; 0: none
 	Version   string
 	DBSize    int64
-	Errors    []string
+	// DBSizeInUse is the part of DBSize that holds data; the rest is free
+	// pages that only a defragmentation gives back.
+	DBSizeInUse int64
+	RaftIndex   uint64
+	RaftTerm    uint64
+	IsLearner   bool
+	Errors      []string
 }
 
 // Status asks one endpoint (it must be one of the configured endpoints).
@@ -118,7 +124,8 @@ func (c *Client) Status(ctx context.Context, endpoint string) (Status, error) {
 		return Status{Endpoint: endpoint}, fmt.Errorf("etcd status %s: %w", endpoint, err)
 	}
 	return Status{Endpoint: endpoint, MemberID: resp.Header.MemberId, ClusterID: resp.Header.ClusterId,
-		Leader: resp.Leader, Version: resp.Version, DBSize: resp.DbSize, Errors: resp.Errors}, nil
+		Leader: resp.Leader, Version: resp.Version, DBSize: resp.DbSize, DBSizeInUse: resp.DbSizeInUse,
+		RaftIndex: resp.RaftIndex, RaftTerm: resp.RaftTerm, IsLearner: resp.IsLearner, Errors: resp.Errors}, nil
 }
 
 // Health checks one endpoint the way `etcdctl endpoint health` does: a

@@ -67,6 +67,11 @@ func TestRealCluster(t *testing.T) {
 		if err != nil || st.Version != strings.TrimPrefix(etcdtest.Version, "v") {
 			t.Fatalf("status %+v %v", st, err)
 		}
+		// etcd status's columns: a started member has a raft log, a term and
+		// a database of which some pages are in use.
+		if st.RaftIndex == 0 || st.RaftTerm == 0 || st.DBSizeInUse <= 0 || st.DBSizeInUse > st.DBSize || st.IsLearner {
+			t.Errorf("status %+v", st)
+		}
 		leaders[st.Leader] = true
 	}
 	if len(leaders) != 1 || leaders[0] {
