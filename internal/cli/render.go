@@ -99,9 +99,9 @@ func onlyHost(inv *inventory.Inventory, ms []units.Manifest, host string) ([]uni
 		}
 	}
 	var names []string
-	for _, h := range inv.ControlPlane {
+	for _, h := range inv.Hosts() {
 		names = append(names, h.Name)
 	}
-	return nil, usererr.WithCode(fmt.Errorf("render: %q is not a control-plane host", host), usererr.CodeUsage,
+	return nil, usererr.WithCode(fmt.Errorf("render: %q is not a host of the inventory", host), usererr.CodeUsage,
 		fmt.Sprintf("pick one of: %v", names))
 }

@@ -77,7 +77,7 @@ func TestRenderExplainAndHost(t *testing.T) {
 		t.Errorf("render to stdout: %d\n%.300s", code, stdout)
 	}
 	code, _, stderr = run(t, "render", "-i", inv, "--host", "cp-9")
-	if code != 2 || !strings.Contains(stderr, `"cp-9" is not a control-plane host`) || !strings.Contains(stderr, "cp-1 cp-2 cp-3") {
+	if code != 2 || !strings.Contains(stderr, `"cp-9" is not a host of the inventory`) || !strings.Contains(stderr, "cp-1 cp-2 cp-3") {
 		t.Errorf("unknown host: %d %s", code, stderr)
 	}
 }
