@@ -117,7 +117,9 @@ func DiagnoseCRI(out []byte, host string) (*Diagnosis, error) {
 		return nil, fmt.Errorf("crictl info: no runtime conditions in %q", oneLine(string(out), 120))
 	}
 	for _, c := range info.Status.Conditions {
-		if c.Status {
+		// Only these two decide whether the kubelet can run pods; others
+		// (containerd's ContainerdHasNoDeprecationWarnings, say) inform.
+		if c.Status || c.Type != "RuntimeReady" && c.Type != "NetworkReady" {
 			continue
 		}
 		msg := strings.TrimSpace(c.Reason + " " + c.Message)

@@ -52,7 +52,10 @@ func TestDiagnoseCondition(t *testing.T) {
 }
 
 func TestDiagnoseCRI(t *testing.T) {
-	ready := `{"status":{"conditions":[{"type":"RuntimeReady","status":true},{"type":"NetworkReady","status":true}]},"lastCNILoadStatus":"OK"}`
+	// containerd 2.2+ adds a condition for deprecated features in use
+	// (cgroup v1 here): not a reason for the kubelet, so not one for us.
+	ready := `{"status":{"conditions":[{"type":"RuntimeReady","status":true},{"type":"NetworkReady","status":true},
+	{"type":"ContainerdHasNoDeprecationWarnings","status":false,"reason":"ContainerdHasDeprecationWarnings","message":"{\"io.containerd.deprecation/cgroup-v1\":\"The support for cgroup v1 is deprecated\"}"}]},"lastCNILoadStatus":"OK"}`
 	if d, err := DiagnoseCRI([]byte(ready), "w"); d != nil || err != nil {
 		t.Fatalf("ready: %v %v", d, err)
 	}
