@@ -311,6 +311,15 @@ func (e *workersEnv) diagnosisScenarios(t *testing.T) {
 		if out, err := e.ssh("worker-2", "mkdir -p /root/cni && mv /etc/cni/net.d/* /root/cni/"); err != nil {
 			t.Fatalf("move conflist: %v %s", err, out)
 		}
+		// The pod comes once the Node is NotReady (tainted): scheduled before,
+		// it would wait on the node for a sandbox instead.
+		deadline := time.Now().Add(2 * time.Minute)
+		for e.nodeReady("worker-2") {
+			if time.Now().After(deadline) {
+				t.Fatal("worker-2 still Ready 2 minutes without a CNI config")
+			}
+			time.Sleep(time.Second)
+		}
 		e.apply(`apiVersion: v1
 kind: Pod
 metadata: {name: pinned}
@@ -318,7 +327,7 @@ spec:
   nodeSelector: {kubernetes.io/hostname: worker-2}
   containers: [{name: pause, image: ` + pauseImage + `, imagePullPolicy: Never}]
 `)
-		deadline := time.Now().Add(3 * time.Minute)
+		deadline = time.Now().Add(3 * time.Minute)
 		var f []string
 		for {
 			f = failures(e.verify())
