@@ -252,7 +252,7 @@ func TestControlPlane(t *testing.T) {
 		e.t = t
 		before := e.activeSince()
 		src, _ := os.ReadFile(e.inv)
-		changed := strings.Replace(string(src), "controlPlane:", "network:\n  apiServerEndpoint: k8s.lab.internal:6443\ncontrolPlane:", 1)
+		changed := withEndpoint(string(src), "k8s.lab.internal:6443")
 		if err := os.WriteFile(e.inv, []byte(changed), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -417,4 +417,17 @@ systemctl restart ssh`
 			time.Sleep(3 * time.Second)
 		}
 	})
+}
+
+// withEndpoint sets network.apiServerEndpoint in an inventory's text (a
+// SAN change of the apiserver certificate), under an existing network: key
+// if there is one.
+func withEndpoint(inv, ep string) string {
+	lines := strings.Split(inv, "\n")
+	for i, l := range lines {
+		if l == "network:" {
+			return strings.Join(append(lines[:i+1], append([]string{"  apiServerEndpoint: " + ep}, lines[i+1:]...)...), "\n")
+		}
+	}
+	return "network:\n  apiServerEndpoint: " + ep + "\n" + inv
 }
