@@ -248,6 +248,42 @@ func TestControlPlane(t *testing.T) {
 		}
 	})
 
+	t.Run("etcd status: every member answers, one leader, no alarm", func(t *testing.T) {
+		e.t = t
+		code, out, errs := e.hardway("etcd", "status", "-o", "json")
+		if code != 0 {
+			t.Fatalf("etcd status: exit %d\n%s\n%s", code, out, errs)
+		}
+		var ms []struct {
+			Name        string   `json:"name"`
+			Reachable   bool     `json:"reachable"`
+			Leader      bool     `json:"leader"`
+			DBSize      int64    `json:"dbSize"`
+			DBSizeInUse int64    `json:"dbSizeInUse"`
+			RaftIndex   uint64   `json:"raftIndex"`
+			Version     string   `json:"version"`
+			Alarms      []string `json:"alarms"`
+		}
+		if err := json.Unmarshal([]byte(out), &ms); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		leaders := 0
+		for _, m := range ms {
+			if m.Leader {
+				leaders++
+			}
+			if !m.Reachable || m.Version != "3.6.16" || m.DBSizeInUse <= 0 || m.DBSizeInUse > m.DBSize || m.RaftIndex == 0 || len(m.Alarms) > 0 {
+				t.Errorf("%+v", m)
+			}
+		}
+		if len(ms) != 3 || leaders != 1 {
+			t.Errorf("%d members, %d leaders:\n%s", len(ms), leaders, out)
+		}
+		if code, out, _ := e.hardway("etcd", "status"); code != 0 || !strings.Contains(out, "RAFT INDEX") {
+			t.Errorf("table: exit %d\n%s", code, out)
+		}
+	})
+
 	t.Run("a changed apiserver setting restarts only the apiserver, host by host", func(t *testing.T) {
 		e.t = t
 		before := e.activeSince()
