@@ -288,7 +288,7 @@ func (c *Cluster) checkNodes(ctx context.Context) []verify.Result {
 	}
 	if pods, err := kube.PendingPods(ctx, cs); err != nil {
 		out = append(out, verify.Failf("", "", "%v", err))
-	} else if p := kube.PendingBehindTaint(pods); p != nil {
+	} else if p := kube.PendingBehindTaint(pods, nodes.Items); p != nil {
 		out = append(out, verify.Result{Check: "nodes/pending", Status: verify.Fail, Message: p.Reason, Hint: p.Hint})
 	}
 	out = append(out, c.checkIPPools(ctx, cs)...)

@@ -22,14 +22,27 @@ const NotReadyTaint = "node.kubernetes.io/not-ready"
 // node carries the not-ready taint: the seeds' "CNI pods Pending" failure,
 // where the CNI's own DaemonSet (which would make the nodes Ready) does not
 // tolerate it. It returns one problem naming up to five pods.
-func PendingBehindTaint(pods []corev1.Pod) *NodeProblem {
+//
+// The scheduler names the taint in older versions; from 1.3x it says only
+// "had untolerated taint(s)", so such a pod counts while a node carries the
+// not-ready taint.
+func PendingBehindTaint(pods []corev1.Pod, nodes []corev1.Node) *NodeProblem {
+	tainted := false
+	for _, n := range nodes {
+		for _, t := range n.Spec.Taints {
+			tainted = tainted || t.Key == NotReadyTaint
+		}
+	}
 	var names []string
 	for _, p := range pods {
 		if p.Status.Phase != corev1.PodPending || p.Spec.NodeName != "" {
 			continue
 		}
 		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, NotReadyTaint) {
+			if c.Type != corev1.PodScheduled || c.Status != corev1.ConditionFalse {
+				continue
+			}
+			if strings.Contains(c.Message, NotReadyTaint) || tainted && strings.Contains(c.Message, "untolerated taint") {
 				names = append(names, p.Namespace+"/"+p.Name)
 				break
 			}

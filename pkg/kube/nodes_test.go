@@ -142,12 +142,18 @@ func TestPendingBehindTaint(t *testing.T) {
 		pending("default", "big", "0/2 nodes are available: 2 Insufficient memory."),
 		{ObjectMeta: metav1.ObjectMeta{Name: "running"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},
 	}
-	p := PendingBehindTaint(pods)
-	if p == nil || !strings.HasPrefix(p.Reason, "2 pod(s) Pending behind the node.kubernetes.io/not-ready taint: kube-system/calico-kube-controllers-1, kube-system/coredns-1") ||
+	// 1.36's scheduler no longer names the taint: the nodes say which.
+	pods = append(pods, pending("default", "pinned", "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint(s). no new claims to deallocate"))
+	tainted := []corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "worker-2"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: NotReadyTaint, Effect: corev1.TaintEffectNoSchedule}}}}}
+	if p := PendingBehindTaint(pods, nil); p == nil || !strings.HasPrefix(p.Reason, "2 pod(s)") {
+		t.Fatalf("no tainted node: %+v", p)
+	}
+	p := PendingBehindTaint(pods, tainted)
+	if p == nil || !strings.HasPrefix(p.Reason, "3 pod(s) Pending behind the node.kubernetes.io/not-ready taint: default/pinned, kube-system/calico-kube-controllers-1, kube-system/coredns-1") ||
 		!strings.Contains(p.Hint, "DaemonSet") || !strings.Contains(p.Hint, "tolerate") {
 		t.Fatalf("got %+v", p)
 	}
-	if p := PendingBehindTaint(pods[2:]); p != nil {
+	if p := PendingBehindTaint(pods[2:4], tainted); p != nil {
 		t.Fatalf("no taint: %+v", p)
 	}
 }
