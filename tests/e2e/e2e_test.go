@@ -7,6 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"github.com/hardway/hardway/internal/labtest"
@@ -284,6 +285,11 @@ func TestControlPlane(t *testing.T) {
 		}
 	})
 
+	t.Run("dry run with every flag changes nothing on a drifted cluster", func(t *testing.T) {
+		e.t = t
+		e.dryRunChangesNothing()
+	})
+
 	t.Run("a changed apiserver setting restarts only the apiserver, host by host", func(t *testing.T) {
 		e.t = t
 		before := e.activeSince()
@@ -453,6 +459,186 @@ systemctl restart ssh`
 			time.Sleep(3 * time.Second)
 		}
 	})
+}
+
+// etcdctl runs etcdctl on controller-1 with the apiserver's client certificate.
+const etcdctl = "etcdctl --endpoints https://127.0.0.1:2379 --cacert /etc/etcd/ca.crt " +
+	"--cert /var/lib/kubernetes/apiserver-etcd-client.crt --key /var/lib/kubernetes/apiserver-etcd-client.key "
+
+// pushedFiles lists every file hardway pushes or keeps on a host with its
+// mode, owner, size, mtime and sha256 (the etcd data dir, which etcd
+// writes, is not one of them).
+const pushedFiles = `find /etc/etcd /var/lib/kubernetes /etc/kubernetes /usr/local/bin /var/lib/hardway /etc/systemd/system -type f 2>/dev/null | sort |
+while read -r f; do printf '%s %s %s\n' "$(stat -c '%n %a %U %G %s %Y' "$f")" "$(sha256sum < "$f" | cut -c1-64)"; done`
+
+// units lists each control-plane unit's state and ActiveEnterTimestamp.
+const unitsState = `for u in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+echo "$u $(systemctl show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic -p NeedDaemonReload --value $u | tr '\n' ' ')"; done`
+
+// localTree hashes every file under dir (path, mode, size, mtime, content)
+// but the run logs, which every run writes by design, and the state lock,
+// which every run takes.
+func localTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if fi.IsDir() && filepath.Base(p) == "logs" && filepath.Base(filepath.Dir(p)) == ".hardway" {
+			return filepath.SkipDir
+		}
+		if rel == ".hardway/lock" {
+			return nil
+		}
+		v := fmt.Sprintf("%v %d %d", fi.Mode(), fi.Size(), fi.ModTime().UnixNano())
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			v += fmt.Sprintf(" %x", sha256.Sum256(b))
+		}
+		out[rel] = v
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// world is everything a dry run must leave as it was.
+type world struct {
+	members string
+	hosts   map[string]string // host -> pushed files + unit states
+	local   map[string]string
+}
+
+func (e *env) world() world {
+	e.t.Helper()
+	w := world{hosts: map[string]string{}}
+	out, err := e.ssh("controller-1", etcdctl+"member list -w simple")
+	if err != nil {
+		e.t.Fatalf("member list: %v %s", err, out)
+	}
+	w.members = out
+	for _, h := range e.res.Hosts {
+		files, err := e.ssh(h.Name, pushedFiles)
+		if err != nil || strings.Count(files, "\n") < 20 {
+			e.t.Fatalf("%s: pushed files: %v\n%s", h.Name, err, files)
+		}
+		units, err := e.ssh(h.Name, unitsState)
+		if err != nil {
+			e.t.Fatalf("%s: units: %v %s", h.Name, err, units)
+		}
+		w.hosts[h.Name] = files + units
+	}
+	w.local = localTree(e.t, filepath.Dir(e.inv))
+	return w
+}
+
+func diffLines(a, b string) string {
+	al, bl := map[string]bool{}, map[string]bool{}
+	for _, l := range strings.Split(a, "\n") {
+		al[l] = true
+	}
+	for _, l := range strings.Split(b, "\n") {
+		bl[l] = true
+	}
+	var out []string
+	for l := range al {
+		if !bl[l] {
+			out = append(out, "- "+l)
+		}
+	}
+	for l := range bl {
+		if !al[l] {
+			out = append(out, "+ "+l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// dryRunChangesNothing is issue 13's acceptance: on a cluster with an
+// unstarted extra etcd member, a drifted unit, a stopped service and a SAN
+// change, 'up --dry-run' with every flag plans the fixes and changes
+// nothing — the member list, every pushed file on every host, every unit's
+// state and ActiveEnterTimestamp, and the local directory (inventory, lock,
+// state, cache) are compared before and after. A real up then converges it,
+// removing the member that never started.
+func (e *env) dryRunChangesNothing() {
+	t := e.t
+	if out, err := e.ssh("controller-1", etcdctl+"member add extra --peer-urls=https://10.240.7.99:2380"); err != nil {
+		t.Fatalf("member add: %v %s", err, out)
+	}
+	if out, err := e.ssh("controller-2", "echo '# drifted by hand' >> /etc/systemd/system/kube-scheduler.service"); err != nil {
+		t.Fatalf("drift: %v %s", err, out)
+	}
+	if out, err := e.ssh("controller-3", "systemctl stop kube-controller-manager"); err != nil {
+		t.Fatalf("stop: %v %s", err, out)
+	}
+	src, err := os.ReadFile(e.inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	san := withEndpoint(string(src), "dry-run.lab.internal:6443")
+	if err := os.WriteFile(e.inv, []byte(san), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	before := e.world()
+	every := []string{"--dry-run", "--remove-stale-members", "--accept-new-host-keys", "--offline", "--update-lock", "--replace-identity"}
+	code, out, errs := e.hardway(append([]string{"up"}, every...)...)
+	if code != 0 {
+		t.Fatalf("up %v: exit %d\n%s\n%s", every, code, out, errs)
+	}
+	for _, want := range []string{
+		"[pki] would generate",
+		"[push] would controller-2: write /etc/systemd/system/kube-scheduler.service",
+		"[etcd] would remove stale etcd member (never started)",
+		"[control-plane] would controller-2: kube-scheduler: daemon-reload, restart (files changed)",
+		"[control-plane] would controller-3: kube-controller-manager: start",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the dry run does not plan %q:\n%s", want, out)
+		}
+	}
+	// The same with JSON output and a step selection.
+	code, jout, errs := e.hardway("up", "--dry-run", "--remove-stale-members", "-o", "json", "--only", "pki,fetch,render,push,etcd,control-plane", "--skip", "rbac")
+	if code != 0 || !strings.Contains(jout, `"kind": "membership"`) {
+		t.Fatalf("up --dry-run -o json: exit %d\n%s\n%s", code, jout, errs)
+	}
+	after := e.world()
+
+	if before.members != after.members {
+		t.Errorf("etcd members changed:\nbefore\n%s\nafter\n%s", before.members, after.members)
+	}
+	if !strings.Contains(after.members, "unstarted") {
+		t.Errorf("the unstarted member is gone:\n%s", after.members)
+	}
+	for h, b := range before.hosts {
+		if a := after.hosts[h]; a != b {
+			t.Errorf("%s changed:\n%s", h, diffLines(b, a))
+		}
+	}
+	if fmt.Sprint(before.local) != fmt.Sprint(after.local) {
+		t.Errorf("the local directory changed:\nbefore %v\nafter  %v", before.local, after.local)
+	}
+
+	// Put the inventory back and converge: the member that never started
+	// is removed (it cannot answer), the drift undone, the service started.
+	if err := os.WriteFile(e.inv, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.mustUp("--remove-stale-members")
+	if out, err := e.ssh("controller-1", etcdctl+"member list -w simple"); err != nil || strings.Contains(out, "unstarted") || strings.Count(strings.TrimSpace(out), "\n") != 2 {
+		t.Fatalf("member list after up: %v\n%s", err, out)
+	}
+	if f := failures(e.verify()); len(f) > 0 {
+		t.Fatalf("verify after converging:\n  %s", strings.Join(f, "\n  "))
+	}
 }
 
 // withEndpoint sets network.apiServerEndpoint in an inventory's text (a
