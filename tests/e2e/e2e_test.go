@@ -589,7 +589,7 @@ func (e *env) dryRunChangesNothing() {
 	}
 
 	before := e.world()
-	every := []string{"--dry-run", "--remove-stale-members", "--accept-new-host-keys", "--offline", "--update-lock", "--replace-identity"}
+	every := []string{"--dry-run", "--remove-stale-members", "--accept-new-host-keys", "--offline", "--replace-identity"}
 	code, out, errs := e.hardway(append([]string{"up"}, every...)...)
 	if code != 0 {
 		t.Fatalf("up %v: exit %d\n%s\n%s", every, code, out, errs)
