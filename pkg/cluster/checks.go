@@ -174,15 +174,14 @@ func (c *Cluster) checkEtcd(ctx context.Context) []verify.Result {
 	}
 	defer cli.Close()
 	var out []verify.Result
-	leaders := map[uint64]bool{}
+	var seen []leaderSeen
 	for _, h := range c.Inv.ControlPlane {
 		ep := c.etcdEndpoint(h)
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := cli.Health(hctx, ep)
-		var st struct{ Leader uint64 }
+		var st etcd.Status
 		if err == nil {
-			s, serr := cli.Status(hctx, ep)
-			err, st.Leader = serr, s.Leader
+			st, err = cli.Status(hctx, ep)
 		}
 		cancel()
 		if err != nil {
@@ -190,7 +189,7 @@ func (c *Cluster) checkEtcd(ctx context.Context) []verify.Result {
 				Hint: fmt.Sprintf("see 'journalctl -u etcd' on %s; 'hardway up' starts it again", h.Name)})
 			continue
 		}
-		leaders[st.Leader] = true
+		seen = append(seen, leaderSeen{leader: st.Leader, term: st.RaftTerm})
 		out = append(out, verify.Result{Check: CheckEtcdHealth, Host: h.Name, Status: verify.Pass, Message: "healthy"})
 	}
 	ms, err := cli.Members(ctx)
@@ -207,18 +206,40 @@ func (c *Cluster) checkEtcd(ctx context.Context) []verify.Result {
 	default:
 		out = append(out, verify.Result{Check: CheckEtcdMembers, Status: verify.Pass, Message: fmt.Sprintf("%d members, as in the inventory", len(ms))})
 	}
-	delete(leaders, 0)
-	if len(leaders) == 1 {
-		out = append(out, verify.Result{Check: CheckEtcdLeader, Status: verify.Pass, Message: "one leader"})
-	} else {
-		out = append(out, verify.Result{Check: CheckEtcdLeader, Status: verify.Fail, Message: fmt.Sprintf("%d leaders seen", len(leaders)), Hint: "members disagree or have no quorum: check the network between the hosts (port 2380)"})
-	}
+	out = append(out, leaderResult(seen))
 	if al, err := cli.Alarms(ctx); err != nil || len(al) > 0 {
 		out = append(out, verify.Result{Check: CheckEtcdAlarms, Status: verify.Fail, Message: fmt.Sprintf("%v %v", al, err), Hint: "NOSPACE: free disk, compact and defrag, then 'etcdctl alarm disarm'"})
 	} else {
 		out = append(out, verify.Result{Check: CheckEtcdAlarms, Status: verify.Pass, Message: "none"})
 	}
 	return out
+}
+
+// leaderSeen is one member's answer to "who leads, in which raft term".
+type leaderSeen struct{ leader, term uint64 }
+
+// leaderResult judges the members' answers. The members are asked one after
+// another, so an election between two answers shows two leaders in two
+// terms: only the newest term counts. Two leaders in one term, or none,
+// is a real fault.
+func leaderResult(seen []leaderSeen) verify.Result {
+	var newest uint64
+	for _, s := range seen {
+		if s.leader != 0 {
+			newest = max(newest, s.term)
+		}
+	}
+	leaders := map[uint64]bool{}
+	for _, s := range seen {
+		if s.leader != 0 && s.term == newest {
+			leaders[s.leader] = true
+		}
+	}
+	if len(leaders) == 1 {
+		return verify.Result{Check: CheckEtcdLeader, Status: verify.Pass, Message: fmt.Sprintf("one leader (term %d)", newest)}
+	}
+	return verify.Result{Check: CheckEtcdLeader, Status: verify.Fail, Message: fmt.Sprintf("%d leaders seen in term %d", len(leaders), newest),
+		Hint: "members disagree or have no quorum: check the network between the hosts (port 2380)"}
 }
 
 func (c *Cluster) checkAPIServers(ctx context.Context) []verify.Result {
