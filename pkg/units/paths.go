@@ -83,7 +83,6 @@ const (
 	ModulesLoadConf     = "/etc/modules-load.d/hardway-kubernetes.conf" // loaded at every boot by systemd-modules-load
 	SysctlConf          = "/etc/sysctl.d/99-hardway-kubernetes.conf"    // applied at every boot by systemd-sysctl
 	BridgeConflist      = CNIConfDir + "/10-bridge.conflist"
-	LoopbackConf        = CNIConfDir + "/99-loopback.conf"
 )
 
 // File modes. Keys, kubeconfigs (they embed a client key) and the

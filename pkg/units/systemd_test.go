@@ -31,8 +31,9 @@ func systemdRoot(t *testing.T, ms ...Manifest) string {
 	if err := copyTree(src, filepath.Join(root, "usr/lib/systemd/system")); err != nil {
 		t.Fatal(err)
 	}
-	// ip is the host's own (iproute2), for the pod routes unit.
-	bins := []string{ipCommand, "/sbin/modprobe", "/sbin/sysctl"}
+	// ip and iptables are the host's own (iproute2, iptables), for the pod
+	// routes unit.
+	bins := []string{ipCommand, iptablesCommand, ip6tablesCommand, "/sbin/modprobe", "/sbin/sysctl"}
 	for _, m := range ms {
 		for _, f := range m.Files {
 			if f.Source != nil && f.Source.Kind == SourceBinary {

@@ -229,8 +229,8 @@ func TestRenderedContent(t *testing.T) {
 				}
 				// Control plane: 4 units, scheduler config, audit policy, routes;
 				// workers: 3 units, containerd, modules, sysctl, crictl, kubelet,
-				// 2 CNI, routes.
-				if want := map[Role]int{ControlPlane: 7, Worker: 11}[m.Role]; rendered != want {
+				// the bridge CNI config (no loopback config), routes.
+				if want := map[Role]int{ControlPlane: 7, Worker: 10}[m.Role]; rendered != want {
 					t.Errorf("%s: %d rendered files, want %d", m.Host, rendered, want)
 				}
 				if m.Role == Worker {

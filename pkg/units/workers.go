@@ -17,7 +17,8 @@ const (
 	Kubelet    = "kubelet"
 	KubeProxy  = "kube-proxy"
 	// PodRoutes is hardway's own oneshot unit: a route to every other
-	// worker's pod subnet, on every host, so they come back after a reboot.
+	// worker's pod subnet, on every host, so they come back after a reboot;
+	// on workers also the masquerade rule for pods' egress (see egressRule).
 	PodRoutes = "hardway-pod-routes"
 )
 
@@ -41,6 +42,14 @@ const (
 	// ipCommand is iproute2's ip: /sbin/ip on Debian, Ubuntu, Fedora and
 	// Arch alike (a link into /usr where /sbin is merged).
 	ipCommand = "/sbin/ip"
+	// iptablesCommand is iptables (ip6tables for an IPv6 pod network), like
+	// ip under /sbin on every distribution hardway supports; kube-proxy's
+	// iptables mode needs the same package.
+	iptablesCommand  = "/sbin/iptables"
+	ip6tablesCommand = "/sbin/ip6tables"
+	// egressComment marks the pods' egress masquerade rule, so it can be
+	// found ('iptables -t nat -S POSTROUTING') and removed exactly.
+	egressComment = "hardway-pod-egress"
 )
 
 // containerdVersion is the inventory's containerdVersion (defaulted by
@@ -85,9 +94,12 @@ func workerComponents() []Component {
 				{Path: ModulesLoadConf, NoRestart: true, render: renderModulesConf},
 				{Path: SysctlConf, NoRestart: true, render: renderSysctlConf},
 				{Path: CrictlConfig, NoRestart: true, render: renderCrictlConfig},
-				// containerd watches the CNI directory: no restart.
+				// containerd watches the CNI directory: no restart. No
+				// loopback config (the tutorial's 99-loopback.conf): the CRI
+				// sets lo up with the loopback plugin itself, and containerd
+				// would fall back to that config without the bridge one and
+				// report the network ready with pods that have only lo.
 				{Path: BridgeConflist, NoRestart: true, render: renderBridgeConflist},
-				{Path: LoopbackConf, NoRestart: true, render: renderLoopbackConf},
 			},
 			Dirs: []Dir{{ContainerdDir, ModeDir, Owner}, {CNIConfDir, ModeDir, Owner}, {CNIBinDir, ModeDir, Owner}, {ImageDir, ModeDir, Owner}},
 			unit: unitData{Description: "containerd container runtime", Documentation: "https://containerd.io",
@@ -146,7 +158,7 @@ func workerComponents() []Component {
 		},
 		{
 			Name: PodRoutes, Unit: PodRoutes + ".service", Role: EveryHost,
-			enabled:  func(r *renderer, h inventory.Host) bool { return len(r.routes(h)) > 0 },
+			enabled:  func(r *renderer, h inventory.Host) bool { return len(r.routes(h)) > 0 || r.egress(h) != nil },
 			unitFile: renderRoutesUnit,
 		},
 	}
@@ -204,11 +216,35 @@ func (r *renderer) routes(h inventory.Host) []Setting {
 	return out
 }
 
+// egressRule is the iptables rule (nat POSTROUTING) a worker with the bridge
+// CNI masquerades its pods' egress with: from podCIDR to anywhere outside
+// it. Traffic between pods keeps the pod's address, on one node and across
+// nodes (Kubernetes' network model: no NAT between pods); the bridge
+// plugin's own ipMasq would also masquerade traffic to other nodes' pods,
+// because it only exempts the node's own pod subnet. Nil on other hosts.
+func (r *renderer) egress(h inventory.Host) *Setting {
+	if r.inv.Network.CNI == inventory.CNINone {
+		return nil
+	}
+	if _, ok := r.pods[h.Name]; !ok {
+		return nil // not a worker: no pods
+	}
+	pod := r.inv.Network.PodCIDR
+	return &Setting{File: UnitPath(PodRoutes), Key: "masquerade",
+		Value:  "-s " + pod + " ! -d " + pod,
+		Reason: "pods' traffic leaving the pod network (" + pod + ") goes out with the node's address; pod to pod keeps the pod IP (no NAT between pods)"}
+}
+
 func renderRoutesUnit(r *renderer, h inventory.Host) ([]byte, []Setting, error) {
 	routes := r.routes(h)
+	egress := r.egress(h)
+	desc := "Routes to the pod subnets of the other workers (hardway)"
+	if egress != nil {
+		desc = "Routes to the pod subnets of the other workers and masquerade of pods' egress (hardway)"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `[Unit]
-Description=Routes to the pod subnets of the other workers (hardway)
+Description=%s
 Documentation=https://github.com/kelseyhightower/kubernetes-the-hard-way/blob/master/docs/11-pod-network-routes.md
 After=network-online.target
 Wants=network-online.target
@@ -216,7 +252,24 @@ Wants=network-online.target
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-`)
+`, desc)
+	var rule string
+	if egress != nil {
+		pod := r.inv.Network.PodCIDR
+		if err := checkArg("podCIDR", pod); err != nil {
+			return nil, nil, err
+		}
+		ipt := iptablesCommand
+		if r.inv.Network.PodNet().Addr().Is6() {
+			ipt = ip6tablesCommand
+		}
+		// -w: wait for the xtables lock kube-proxy also takes.
+		rule = fmt.Sprintf("%s -w -t nat %%s POSTROUTING -s %s ! -d %s -m comment --comment %s -j MASQUERADE", ipt, pod, pod, egressComment)
+		// Idempotent without a shell: delete a copy left by an earlier
+		// start ("-": none is no failure), then append exactly one.
+		fmt.Fprintf(&b, "ExecStartPre=-"+rule+"\n", "-D")
+		fmt.Fprintf(&b, "ExecStart="+rule+"\n", "-A")
+	}
 	for _, s := range routes {
 		via := strings.TrimPrefix(s.Value.(string), "via ")
 		if err := checkArg("route", s.Key+via); err != nil {
@@ -227,6 +280,11 @@ RemainAfterExit=yes
 	// Stopping (and so a restart after the worker set changed) removes
 	// exactly the routes this unit added, stale ones included.
 	fmt.Fprintf(&b, "ExecStop=%s route flush proto %s\n", ipCommand, podRouteProto)
+	if egress != nil {
+		// "-": a rule someone already removed is no failure to stop.
+		fmt.Fprintf(&b, "ExecStop=-"+rule+"\n", "-D")
+		routes = append(routes, *egress)
+	}
 	b.WriteString("Restart=on-failure\nRestartSec=5\n\n[Install]\nWantedBy=multi-user.target\n")
 	return []byte(b.String()), routes, nil
 }
@@ -375,7 +433,7 @@ type cniPlugin struct {
 	Type         string          `json:"type"`
 	Bridge       string          `json:"bridge,omitempty"`
 	IsGateway    bool            `json:"isGateway,omitempty"`
-	IPMasq       bool            `json:"ipMasq,omitempty"`
+	IPMasq       *bool           `json:"ipMasq,omitempty"` // written out as false: the tutorial's is true
 	HairpinMode  bool            `json:"hairpinMode,omitempty"`
 	IPAM         *cniIPAM        `json:"ipam,omitempty"`
 	Capabilities map[string]bool `json:"capabilities,omitempty"`
@@ -404,7 +462,7 @@ func renderBridgeConflist(r *renderer, h inventory.Host) ([]byte, []Setting, err
 		dflt = "::/0"
 	}
 	net := cniNet{CNIVersion: cniVersion, Name: "bridge", Plugins: []cniPlugin{
-		{Type: "bridge", Bridge: "cni0", IsGateway: true, IPMasq: true, HairpinMode: true,
+		{Type: "bridge", Bridge: "cni0", IsGateway: true, IPMasq: new(false), HairpinMode: true,
 			IPAM: &cniIPAM{Type: "host-local", Ranges: [][]map[string]string{{{"subnet": s.String()}}}, Routes: []map[string]string{{"dst": dflt}}}},
 		{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}},
 	}}
@@ -416,20 +474,12 @@ func renderBridgeConflist(r *renderer, h inventory.Host) ([]byte, []Setting, err
 	settings := []Setting{
 		{File: f, Key: "bridge", Value: "cni0", Reason: "pods on this node share the Linux bridge cni0"},
 		{File: f, Key: "isGateway", Value: true, Reason: "cni0 gets the subnet's first address and is the pods' default gateway"},
-		{File: f, Key: "ipMasq", Value: true, Reason: "pod traffic leaving the pod network is masqueraded to the node's address"},
+		{File: f, Key: "ipMasq", Value: false, Reason: "no NAT between pods (the plugin would masquerade traffic to other nodes' pods too); " + PodRoutes + ".service masquerades only traffic leaving " + r.inv.Network.PodCIDR},
 		{File: f, Key: "hairpinMode", Value: true, Reason: "a pod reaches itself through its own Service"},
 		{File: f, Key: "ipam.subnet", Value: s.String(), Reason: "host-local hands out this node's own pod subnet (state pod-subnets.yaml)"},
 		{File: f, Key: "portmap", Value: true, Reason: "hostPort mappings"},
 	}
 	return append(b, '\n'), settings, nil
-}
-
-func renderLoopbackConf(r *renderer, _ inventory.Host) ([]byte, []Setting, error) {
-	if r.inv.Network.CNI == inventory.CNINone {
-		return nil, nil, nil
-	}
-	b, err := json.MarshalIndent(map[string]string{"cniVersion": cniVersion, "name": "lo", "type": "loopback"}, "", "  ")
-	return append(b, '\n'), []Setting{{File: LoopbackConf, Key: "type", Value: "loopback", Reason: "the tutorial's loopback network (containerd's CRI sets lo up itself too)"}}, err
 }
 
 func bridgeOnly(b Binary) Binary { b.bridgeOnly = true; return b }

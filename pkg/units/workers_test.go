@@ -139,13 +139,21 @@ func TestPodRoutesAndCNI(t *testing.T) {
 		for _, o := range opts {
 			got[o.Section+"."+o.Name] = append(got[o.Section+"."+o.Name], o.Value)
 		}
-		wantRoutes := len(inv.Workers)
+		wantStart := len(inv.Workers)
+		wantPre, wantStop := []string(nil), []string{"/sbin/ip route flush proto 70"}
 		if m.Role == Worker {
-			wantRoutes--
+			// Its own subnet needs no route, but its pods' egress is
+			// masqueraded: deleted first (idempotent), appended, deleted at stop.
+			rule := "/sbin/iptables -w -t nat %s POSTROUTING -s 10.200.0.0/16 ! -d 10.200.0.0/16 -m comment --comment hardway-pod-egress -j MASQUERADE"
+			wantPre = []string{"-" + fmt.Sprintf(rule, "-D")}
+			wantStop = append(wantStop, "-"+fmt.Sprintf(rule, "-D"))
+			if !slices.Contains(got["Service.ExecStart"], fmt.Sprintf(rule, "-A")) {
+				t.Errorf("%s: no egress masquerade rule: %v", m.Host, got["Service.ExecStart"])
+			}
 		}
 		if !slices.Equal(got["Service.Type"], []string{"oneshot"}) || !slices.Equal(got["Service.RemainAfterExit"], []string{"yes"}) ||
-			len(got["Service.ExecStart"]) != wantRoutes || !slices.Equal(got["Service.ExecStop"], []string{"/sbin/ip route flush proto 70"}) ||
-			!slices.Equal(got["Install.WantedBy"], []string{"multi-user.target"}) {
+			len(got["Service.ExecStart"]) != wantStart || !slices.Equal(got["Service.ExecStartPre"], wantPre) ||
+			!slices.Equal(got["Service.ExecStop"], wantStop) || !slices.Equal(got["Install.WantedBy"], []string{"multi-user.target"}) {
 			t.Errorf("%s: %s: %v", m.Host, PodRoutes, got)
 		}
 		for _, w := range inv.Workers {
@@ -160,6 +168,20 @@ func TestPodRoutesAndCNI(t *testing.T) {
 			want := `"subnet": "` + pods[m.Host].String() + `"`
 			if !bytes.Contains(c.Content, []byte(want)) || !bytes.Contains(k.Content, []byte("podCIDR: "+pods[m.Host].String()+"\n")) {
 				t.Errorf("%s: CNI or kubelet without the node's subnet %s", m.Host, pods[m.Host])
+			}
+			// No NAT between pods: the plugin's ipMasq stays off (the unit
+			// masquerades only egress), and no loopback config that containerd
+			// would fall back to without the bridge one.
+			if !bytes.Contains(c.Content, []byte(`"ipMasq": false`)) {
+				t.Errorf("%s: bridge CNI without ipMasq false:\n%s", m.Host, c.Content)
+			}
+			for _, f := range m.Files {
+				if strings.HasPrefix(f.Path, CNIConfDir+"/") && f.Path != BridgeConflist {
+					t.Errorf("%s: CNI config %s besides the bridge one", m.Host, f.Path)
+				}
+			}
+			if _, ok := m.File(CNIBinDir + "/loopback"); !ok {
+				t.Errorf("%s lacks the loopback plugin containerd's CRI uses", m.Host)
 			}
 		}
 	}
@@ -247,5 +269,34 @@ func TestImages(t *testing.T) {
 	inv.ContainerdVersion = "v1.7.22"
 	if _, err := render(t, inv); err == nil || !strings.Contains(err.Error(), "containerd 2.x") {
 		t.Errorf("containerd 1.7: %v", err)
+	}
+}
+
+// A sole worker has no route to add but pods whose egress is masqueraded:
+// it still gets the unit, with the rule only.
+func TestSoleWorkerGetsEgressRule(t *testing.T) {
+	inv, err := inventory.Parse("inventory.yaml", "/nonexistent/inventory.yaml", []byte(`cluster: lab
+kubernetesVersion: "1.36"
+controlPlane:
+  - {name: controller-1, address: 10.240.0.11}
+workers:
+  - {name: worker-1, address: 10.240.0.21}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := Render(inv, subnets(t, inv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		u, ok := m.File(UnitPath(PodRoutes))
+		if !ok {
+			t.Fatalf("%s: no %s", m.Host, PodRoutes)
+		}
+		has := bytes.Contains(u.Content, []byte("-j MASQUERADE"))
+		if has != (m.Role == Worker) || (m.Role == Worker && bytes.Contains(u.Content, []byte("route replace"))) {
+			t.Errorf("%s:\n%s", m.Host, u.Content)
+		}
 	}
 }
