@@ -34,9 +34,9 @@ func workerComponents() []string { return []string{Containerd, Kubelet, KubeProx
 func (c *Cluster) isWorker(name string) bool { return indexOf(c.Inv.Workers, name) >= 0 }
 
 // hostComponents are the services the workers step starts on a host: the
-// worker services on workers, and the pod routes on every host that has a
-// route to add (another worker, with the bridge CNI) — as units renders
-// them.
+// worker services on workers, and the pod-routes unit on every host that has
+// a route to add (another worker) or pods' egress to masquerade (a worker),
+// with the bridge CNI — as units renders them.
 func (c *Cluster) hostComponents(name string) []string {
 	var out []string
 	if c.isWorker(name) {
@@ -48,17 +48,11 @@ func (c *Cluster) hostComponents(name string) []string {
 	return out
 }
 
-// hasRoutes says whether host gets the pod-routes unit.
+// hasRoutes says whether host gets the pod-routes unit: with the bridge CNI,
+// a worker always (its pods' egress rule), any other host once there is a
+// worker to route to.
 func (c *Cluster) hasRoutes(name string) bool {
-	if !c.cniBridge() {
-		return false
-	}
-	for _, w := range c.Inv.Workers {
-		if w.Name != name {
-			return true
-		}
-	}
-	return false
+	return c.cniBridge() && len(c.Inv.Workers) > 0
 }
 
 // cniBridge is whether hardway manages the pod network (network.cni: bridge,
