@@ -21,15 +21,18 @@ done
 // has it (for the hint).
 var workerTools = []struct {
 	tool, pkg, why string
-	need           func(mode string) bool
+	need           func(mode string, bridge bool) bool
 	warnOnly       bool
 }{
-	{"ip", "iproute2", "the pod routes", func(string) bool { return true }, false},
-	{"iptables", "iptables", "kube-proxy in iptables mode", func(m string) bool { return m != "nftables" }, false},
-	{"iptables-restore", "iptables", "kube-proxy in iptables mode", func(m string) bool { return m != "nftables" }, false},
-	{"iptables-save", "iptables", "kube-proxy in iptables mode", func(m string) bool { return m != "nftables" }, false},
-	{"nft", "nftables", "kube-proxy in nftables mode", func(m string) bool { return m == "nftables" }, false},
-	{"conntrack", "conntrack", "inspecting and clearing Service connections when debugging kube-proxy", func(string) bool { return true }, true},
+	{"ip", "iproute2", "the pod routes", func(string, bool) bool { return true }, false},
+	{"iptables", "iptables", "kube-proxy in iptables mode", func(m string, _ bool) bool { return m != "nftables" }, false},
+	{"iptables-restore", "iptables", "kube-proxy in iptables mode", func(m string, _ bool) bool { return m != "nftables" }, false},
+	{"iptables-save", "iptables", "kube-proxy in iptables mode", func(m string, _ bool) bool { return m != "nftables" }, false},
+	// hardway-pod-routes masquerades pods' egress with iptables on every
+	// worker with the bridge CNI, whatever kube-proxy's mode.
+	{"iptables", "iptables", "the pods' egress masquerade rule of network.cni: bridge", func(m string, bridge bool) bool { return m == "nftables" && bridge }, false},
+	{"nft", "nftables", "kube-proxy in nftables mode", func(m string, _ bool) bool { return m == "nftables" }, false},
+	{"conntrack", "conntrack", "inspecting and clearing Service connections when debugging kube-proxy", func(string, bool) bool { return true }, true},
 }
 
 // workerPreflight checks one worker host. A cgroup v1 host is an error unless
@@ -41,7 +44,7 @@ func (c *Cluster) workerPreflight(ctx context.Context, sh remote.Host, h invento
 	if err != nil {
 		return nil, nil, err
 	}
-	p, w := workerFactProblems(string(out), containerHost(h), c.proxyMode(), c.k8sMinor())
+	p, w := workerFactProblems(string(out), containerHost(h), c.proxyMode(), c.cniBridge(), c.k8sMinor())
 	return p, w, nil
 }
 
@@ -54,7 +57,7 @@ func (c *Cluster) k8sMinor() int {
 
 // workerFactProblems turns workerFactsScript's output into problems (which
 // stop up) and warnings.
-func workerFactProblems(out string, containerHost bool, mode string, minor int) (problems, warnings []string) {
+func workerFactProblems(out string, containerHost bool, mode string, bridge bool, minor int) (problems, warnings []string) {
 	have := map[string]bool{}
 	fs := ""
 	for _, l := range strings.Split(out, "\n") {
@@ -79,7 +82,7 @@ func workerFactProblems(out string, containerHost bool, mode string, minor int) 
 	var missing []string
 	pkgs := map[string]bool{}
 	for _, t := range workerTools {
-		if !t.need(mode) || have[t.tool] {
+		if !t.need(mode, bridge) || have[t.tool] {
 			continue
 		}
 		if t.warnOnly {

@@ -97,22 +97,22 @@ func TestMissingRoutes(t *testing.T) {
 
 func TestWorkerFactProblems(t *testing.T) {
 	all := "cgroupfs cgroup2fs\ntool ip yes\ntool iptables yes\ntool iptables-restore yes\ntool iptables-save yes\ntool nft yes\ntool conntrack yes\n"
-	if p, w := workerFactProblems(all, false, "iptables", 36); len(p)+len(w) != 0 {
+	if p, w := workerFactProblems(all, false, "iptables", true, 36); len(p)+len(w) != 0 {
 		t.Fatalf("all there: %v %v", p, w)
 	}
 	v1 := strings.Replace(all, "cgroup2fs", "tmpfs", 1)
-	p, _ := workerFactProblems(v1, false, "iptables", 36)
+	p, _ := workerFactProblems(v1, false, "iptables", true, 36)
 	if len(p) != 1 || !strings.Contains(p[0], "cgroup v1") || !strings.Contains(p[0], "hint:") {
 		t.Fatalf("cgroup v1 on a real host: %v", p)
 	}
-	if p, w := workerFactProblems(v1, true, "iptables", 36); len(p)+len(w) != 0 {
+	if p, w := workerFactProblems(v1, true, "iptables", true, 36); len(p)+len(w) != 0 {
 		t.Fatalf("cgroup v1 on a container host: %v %v", p, w)
 	}
-	if p, w := workerFactProblems(v1, false, "iptables", 33); len(p) != 0 || len(w) != 1 {
+	if p, w := workerFactProblems(v1, false, "iptables", true, 33); len(p) != 0 || len(w) != 1 {
 		t.Fatalf("cgroup v1 before 1.35: %v %v", p, w)
 	}
 	noIpt := strings.NewReplacer("tool iptables yes", "tool iptables no", "tool iptables-restore yes", "tool iptables-restore no", "tool conntrack yes", "tool conntrack no").Replace(all)
-	p, w := workerFactProblems(noIpt, false, "iptables", 36)
+	p, w := workerFactProblems(noIpt, false, "iptables", true, 36)
 	if len(p) != 1 || !strings.Contains(p[0], "iptables (for kube-proxy in iptables mode), iptables-restore") || !strings.HasSuffix(p[0], "install the package(s) iptables)") {
 		t.Fatalf("no iptables: %v", p)
 	}
@@ -121,8 +121,12 @@ func TestWorkerFactProblems(t *testing.T) {
 	}
 	// nftables mode needs nft, not iptables.
 	noNft := strings.Replace(noIpt, "tool nft yes", "tool nft no", 1)
-	if p, _ := workerFactProblems(noNft, false, "nftables", 36); len(p) != 1 || !strings.Contains(p[0], "nft (for kube-proxy in nftables mode)") || strings.Contains(p[0], "iptables-restore") {
-		t.Fatalf("nftables mode: %v", p)
+	if p, _ := workerFactProblems(noNft, false, "nftables", false, 36); len(p) != 1 || !strings.Contains(p[0], "nft (for kube-proxy in nftables mode)") || strings.Contains(p[0], "iptables") {
+		t.Fatalf("nftables mode, cni none: %v", p)
+	}
+	// ... but the bridge CNI's egress masquerade rule needs iptables.
+	if p, _ := workerFactProblems(noNft, false, "nftables", true, 36); len(p) != 1 || !strings.Contains(p[0], "iptables (for the pods' egress masquerade rule") || strings.Contains(p[0], "iptables-restore") {
+		t.Fatalf("nftables mode, cni bridge: %v", p)
 	}
 }
 
