@@ -154,11 +154,12 @@ func TestWorkers(t *testing.T) {
 		if err != nil || !strings.Contains(out, "hello from hello-2 ("+ip2+":8080)") {
 			t.Fatalf("hello-1 -> hello-2 (%s): %v\n%s", ip2, err, out)
 		}
-		// The answer names the client address hello-2 saw: hello-1's pod IP
-		// unless the bridge CNI masquerades (ipMasq: true, as the tutorial's).
+		// The answer names the client address hello-2 saw: it must be
+		// hello-1's pod IP — no NAT between pods (the bridge CNI's ipMasq is
+		// off; hardway-pod-routes masquerades only traffic leaving podCIDR).
 		ip1 := e.podIP("hello-1")
 		if !strings.Contains(out, "you are "+ip1+":") {
-			t.Logf("NOTE hello-2 saw hello-1 (%s) as another address (masqueraded): %s", ip1, strings.TrimSpace(out))
+			t.Fatalf("hello-2 saw hello-1 (%s) as another address (masqueraded across nodes): %s", ip1, strings.TrimSpace(out))
 		}
 		if out, err := e.inPod("worker-2", "hello-2", "curl -sS --max-time 5 http://"+ip1+":8080/"); err != nil || !strings.Contains(out, "hello from hello-1") {
 			t.Fatalf("hello-2 -> hello-1 (%s): %v\n%s", ip1, err, out)
@@ -306,9 +307,9 @@ func TestWorkers(t *testing.T) {
 func (e *workersEnv) diagnosisScenarios(t *testing.T) {
 	t.Run("a worker without its CNI config: verify names the cause and the taint; up restores it", func(t *testing.T) {
 		e.t = t
-		// Every config: containerd falls back to any other one (the
-		// loopback config) and stays "network ready".
-		if out, err := e.ssh("worker-2", "mkdir -p /root/cni && mv /etc/cni/net.d/* /root/cni/"); err != nil {
+		// Only the bridge config: hardway writes no other (no loopback
+		// config containerd could fall back to and stay "network ready").
+		if out, err := e.ssh("worker-2", "mkdir -p /root/cni && mv /etc/cni/net.d/10-bridge.conflist /root/cni/"); err != nil {
 			t.Fatalf("move conflist: %v %s", err, out)
 		}
 		// The pod comes once the Node is NotReady (tainted): scheduled before,
