@@ -282,6 +282,14 @@ func TestWorkers(t *testing.T) {
 		if after := since(); after != before {
 			t.Fatalf("services restarted:\nbefore %s\nafter  %s", before, after)
 		}
+		// One egress masquerade rule per worker after every start (the
+		// reboot restarted the unit; it deletes a copy before adding).
+		for _, w := range []string{"worker-1", "worker-2"} {
+			out, err := e.ssh(w, "iptables -w -t nat -S POSTROUTING")
+			if n := strings.Count(out, "hardway-pod-egress"); err != nil || n != 1 {
+				t.Errorf("%s: %d pod egress rules, want 1: %v\n%s", w, n, err, out)
+			}
+		}
 		res := e.mustUp("--dry-run", "-o", "json")
 		var r struct {
 			Steps []struct{ Actions []json.RawMessage }
