@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -173,6 +174,15 @@ func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot
 	if err := add(Containerd); err != nil {
 		return nil, false, err
 	}
+	if c.cniBridge() {
+		a, err := c.oldLoopbackAction(ctx, sh, w.Name)
+		if err != nil {
+			return nil, false, err
+		}
+		if a != nil {
+			actions = append(actions, *a)
+		}
+	}
 	// Ask containerd for its images only when it keeps running through
 	// this run; otherwise every image is imported after it starts.
 	runtimeUp := sn.Units[Containerd].Active && !sn.Pending[Containerd] && !sn.Units[Containerd].NeedReload
@@ -209,6 +219,32 @@ func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot
 		}
 	}
 	return actions, restarted, nil
+}
+
+// oldLoopbackConf is the loopback CNI config earlier hardway versions wrote
+// (the tutorial's). containerd falls back to it when the bridge config is
+// missing and reports the network ready, with pods that have only lo; the
+// CRI sets lo up with the loopback plugin itself, so hardway removes it.
+const oldLoopbackConf = "/etc/cni/net.d/99-loopback.conf"
+
+// oldLoopbackAction plans the removal of oldLoopbackConf when it is the one
+// hardway wrote (a loopback network named lo); any other file there is
+// left alone. Reading it is the plan; rm is the action.
+func (c *Cluster) oldLoopbackAction(ctx context.Context, sh remote.Host, host string) (*plan.Action, error) {
+	out, err := sh.Run(ctx, "cat "+oldLoopbackConf+" 2>/dev/null || true", nil)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", oldLoopbackConf, err)
+	}
+	var conf struct{ Name, Type string }
+	if json.Unmarshal(out, &conf) != nil || conf.Name != "lo" || conf.Type != "loopback" {
+		return nil, nil
+	}
+	return &plan.Action{Host: host, Kind: plan.Write,
+		Desc: "remove " + oldLoopbackConf + " (written by an earlier hardway: containerd would fall back to it and hide a missing bridge config)",
+		Do: func(ctx context.Context) error {
+			_, err := sh.Run(ctx, "rm -f "+oldLoopbackConf, nil)
+			return err
+		}}, nil
 }
 
 // workerNodes reads the Node of every worker (absent: not registered), and

@@ -140,6 +140,8 @@ type workerModel struct {
 	cri     string // crictl info
 	// conflist, routes and the kubelet's journal, for verify
 	conflist, routes, journal string
+	// oldLoopback is /etc/cni/net.d/99-loopback.conf (earlier hardway wrote it)
+	oldLoopback string
 }
 
 var reSnapComp = regexp.MustCompile(`echo '@([^']+)'`)
@@ -179,6 +181,8 @@ func (m *workerModel) answer(cmd string) (string, error) {
 			return "", &remote.ExitError{Code: 1, Stderr: "No such file or directory"}
 		}
 		b.WriteString(m.conflist)
+	case strings.HasPrefix(cmd, "cat /etc/cni/net.d/99-loopback.conf"):
+		b.WriteString(m.oldLoopback)
 	case cmd == "ip -4 route show":
 		b.WriteString(m.routes)
 	case strings.HasPrefix(cmd, "journalctl -u kubelet"):
@@ -263,7 +267,7 @@ func (wf *workerFake) writes() []string {
 	var out []string
 	for name, f := range wf.hosts {
 		for _, c := range f.Commands() {
-			if !strings.HasPrefix(c, "echo '@") && !strings.Contains(c, " images -o json") {
+			if !strings.HasPrefix(c, "echo '@") && !strings.Contains(c, " images -o json") && !strings.HasPrefix(c, "cat ") {
 				out = append(out, name+": "+c)
 			}
 		}
@@ -335,6 +339,30 @@ func TestPlanWorkersConverged(t *testing.T) {
 	as, err := wf.planWorkers(t.Context(), nil)
 	if err != nil || len(as) != 0 {
 		t.Fatalf("converged: %v %v", wdescs(as), err)
+	}
+}
+
+// The loopback config an earlier hardway wrote is removed (containerd would
+// fall back to it); another file of that name is left alone.
+func TestPlanWorkersRemovesOldLoopbackConf(t *testing.T) {
+	wf, models := convergedWorkers(t)
+	models["worker-1"].oldLoopback = `{"cniVersion": "1.0.0", "name": "lo", "type": "loopback"}`
+	models["worker-2"].oldLoopback = `{"cniVersion": "1.0.0", "name": "mine", "type": "bridge"}`
+	as, err := wf.planWorkers(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := wdescs(as); len(got) != 1 || !strings.HasPrefix(got[0], "write worker-1: remove /etc/cni/net.d/99-loopback.conf") {
+		t.Fatalf("plan: %v", got)
+	}
+	if w := wf.writes(); len(w) > 0 {
+		t.Fatalf("the plan changed hosts: %v", w)
+	}
+	if err := as[0].Do(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if w := wf.writes(); !slices.Equal(w, []string{"worker-1: rm -f /etc/cni/net.d/99-loopback.conf"}) {
+		t.Fatalf("removal ran %v", w)
 	}
 }
 
