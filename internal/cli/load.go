@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -31,9 +30,18 @@ func (a *App) stateDir(inv *inventory.Inventory) state.Dir {
 	return state.Dir(inv.DefaultStateDir())
 }
 
-// lockState takes the state directory's lock for a command that writes it
-// or pushes from it, so that two hardway processes never mix generations
-// of keys. The caller unlocks.
-func (a *App) lockState(ctx context.Context, cmd *cobra.Command, dir state.Dir) (*state.Lock, error) {
-	return dir.Lock(ctx, fmt.Sprintf("%s -i %s", cmd.CommandPath(), a.InventoryPath), state.DefaultLockWait)
+// loadLocked loads the inventory and takes its state directory's lock, for
+// a command that writes the state or pushes from it, so that two hardway
+// processes never mix generations of keys. The caller unlocks.
+func (a *App) loadLocked(cmd *cobra.Command) (*inventory.Inventory, state.Dir, *state.Lock, error) {
+	inv, err := a.loadInventory()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	dir := a.stateDir(inv)
+	lock, err := dir.Lock(cmd.Context(), fmt.Sprintf("%s -i %s", cmd.CommandPath(), a.InventoryPath), state.DefaultLockWait)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return inv, dir, lock, nil
 }

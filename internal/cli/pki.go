@@ -54,12 +54,7 @@ up to 10s, then names the PID and command holding it.`,
 			if err := checkOutputFlag(output); err != nil {
 				return err
 			}
-			inv, err := a.loadInventory()
-			if err != nil {
-				return err
-			}
-			dir := a.stateDir(inv)
-			lock, err := a.lockState(cmd.Context(), cmd, dir)
+			inv, dir, lock, err := a.loadLocked(cmd)
 			if err != nil {
 				return err
 			}

@@ -55,12 +55,7 @@ it. The state directory is locked while it runs.`,
 			if err := checkOutputFlag(output); err != nil {
 				return err
 			}
-			inv, err := a.loadInventory()
-			if err != nil {
-				return err
-			}
-			st := a.stateDir(inv)
-			lock, err := a.lockState(cmd.Context(), cmd, st)
+			inv, st, lock, err := a.loadLocked(cmd)
 			if err != nil {
 				return err
 			}

@@ -67,12 +67,7 @@ failed run's last line is the path of its log.`,
   hardway up -i inventory.yaml --only push,control-plane`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			inv, err := a.loadInventory()
-			if err != nil {
-				return err
-			}
-			st := a.stateDir(inv)
-			lock, err := a.lockState(cmd.Context(), cmd, st)
+			inv, st, lock, err := a.loadLocked(cmd)
 			if err != nil {
 				return err
 			}
