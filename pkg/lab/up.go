@@ -381,6 +381,7 @@ func (l *Lab) startHost(st *state, i int) error {
 	cmd.Dir = "/" // pin no directory of the caller's
 	cmd.Stdout, cmd.Stderr = console, console
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	closeInheritedOnExec()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start systemd-nspawn: %w", err)
 	}
@@ -389,6 +390,23 @@ func (l *Lab) startHost(st *state, i int) error {
 	ps, _ := readProcStat(cmd.Process.Pid)
 	h.SupervisorPID, h.SupervisorStart = cmd.Process.Pid, ps.start // start time: PIDs get reused
 	return st.save()
+}
+
+// closeInheritedOnExec marks every descriptor above stderr close-on-exec.
+// Go opens its own files that way, but descriptors hardway inherited do not
+// get it: a `flock FILE hardway lab up` passes its lock to us, and without
+// this the long-lived host supervisors would hold that lock until the lab
+// goes down.
+func closeInheritedOnExec() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
