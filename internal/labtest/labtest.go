@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -39,6 +40,7 @@ func Start(t *testing.T, cfg lab.Config) (*lab.Lab, *lab.Result) {
 	if cfg.Log == nil {
 		cfg.Log = Log{t}
 	}
+	cfg = Slot(t, cfg)
 	l, err := lab.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +58,40 @@ func Start(t *testing.T, cfg lab.Config) (*lab.Lab, *lab.Result) {
 		t.Fatalf("lab up: %v", err)
 	}
 	return l, res
+}
+
+// Slot lets a second run of the same suite share this machine with the
+// first (developers iterating in parallel): HARDWAY_LAB_SLOT=2 appends "b"
+// to the prefix and moves the /24 up by 100 (10.240.7 becomes 10.240.107).
+// Unset or 1 changes nothing, as in CI. Tests must take every address from
+// the lab's Result, never write one.
+func Slot(t testing.TB, cfg lab.Config) lab.Config {
+	t.Helper()
+	switch s := os.Getenv("HARDWAY_LAB_SLOT"); s {
+	case "", "1":
+		return cfg
+	case "2":
+		if cfg.Prefix == "" {
+			cfg.Prefix = lab.DefaultPrefix
+		}
+		cfg.Prefix += "b"
+		if cfg.Net == "" {
+			cfg.Net = lab.DefaultNet
+		}
+		parts := strings.Split(strings.TrimSuffix(cfg.Net, ".0/24"), ".")
+		if len(parts) != 3 {
+			t.Fatalf("HARDWAY_LAB_SLOT=2: cannot shift net %q", cfg.Net)
+		}
+		n, err := strconv.Atoi(parts[2])
+		if err != nil || n+100 > 255 {
+			t.Fatalf("HARDWAY_LAB_SLOT=2: cannot shift net %q", cfg.Net)
+		}
+		cfg.Net = parts[0] + "." + parts[1] + "." + strconv.Itoa(n+100)
+		return cfg
+	default:
+		t.Fatalf("HARDWAY_LAB_SLOT=%q: want 1 or 2", s)
+		return cfg
+	}
 }
 
 // Log writes the lab's progress lines to the test log.

@@ -416,7 +416,7 @@ systemctl restart ssh`
 			t.Fatalf("up against a changed host key: exit %d\n%s", code, errs)
 		}
 		// What the hint tells the user to do.
-		if out, err := exec.Command("ssh-keygen", "-f", e.res.KnownHosts, "-R", "10.240.7.13").CombinedOutput(); err != nil {
+		if out, err := exec.Command("ssh-keygen", "-f", e.res.KnownHosts, "-R", e.res.Hosts[2].Address).CombinedOutput(); err != nil {
 			t.Fatalf("ssh-keygen -R: %v %s", err, out)
 		}
 		code, _, errs = e.hardway("up", "--accept-new-host-keys")
@@ -570,7 +570,9 @@ func diffLines(a, b string) string {
 // removing the member that never started.
 func (e *env) dryRunChangesNothing() {
 	t := e.t
-	if out, err := e.ssh("controller-1", etcdctl+"member add extra --peer-urls=https://10.240.7.99:2380"); err != nil {
+	// an address of the lab's /24 that no host has
+	extra := e.res.Hosts[0].Address[:strings.LastIndex(e.res.Hosts[0].Address, ".")] + ".99"
+	if out, err := e.ssh("controller-1", etcdctl+"member add extra --peer-urls=https://"+extra+":2380"); err != nil {
 		t.Fatalf("member add: %v %s", err, out)
 	}
 	if out, err := e.ssh("controller-2", "echo '# drifted by hand' >> /etc/systemd/system/kube-scheduler.service"); err != nil {
