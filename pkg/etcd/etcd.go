@@ -115,6 +115,12 @@ type Status struct {
 	RaftTerm    uint64
 	IsLearner   bool
 	Errors      []string
+	// Revision is the key-value store's current revision (compact to it).
+	Revision int64
+	// DBSizeQuota is the member's --quota-backend-bytes as it reports it
+	// (etcd 3.6+; 0 from older members): NOSPACE is raised when DBSize
+	// reaches it.
+	DBSizeQuota int64
 }
 
 // Status asks one endpoint (it must be one of the configured endpoints).
@@ -125,7 +131,8 @@ func (c *Client) Status(ctx context.Context, endpoint string) (Status, error) {
 	}
 	return Status{Endpoint: endpoint, MemberID: resp.Header.MemberId, ClusterID: resp.Header.ClusterId,
 		Leader: resp.Leader, Version: resp.Version, DBSize: resp.DbSize, DBSizeInUse: resp.DbSizeInUse,
-		RaftIndex: resp.RaftIndex, RaftTerm: resp.RaftTerm, IsLearner: resp.IsLearner, Errors: resp.Errors}, nil
+		RaftIndex: resp.RaftIndex, RaftTerm: resp.RaftTerm, IsLearner: resp.IsLearner, Errors: resp.Errors,
+		Revision: resp.Header.Revision, DBSizeQuota: resp.DbSizeQuota}, nil
 }
 
 // Health checks one endpoint the way `etcdctl endpoint health` does: a
