@@ -16,10 +16,10 @@ import (
 func (a *App) newEtcdCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "etcd",
-		Short: "etcd maintenance: status of every member",
+		Short: "etcd maintenance: status, defrag, compact, disarm",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(a.newEtcdStatusCmd())
+	cmd.AddCommand(a.newEtcdStatusCmd(), a.newEtcdDefragCmd(), a.newEtcdCompactCmd(), a.newEtcdDisarmCmd())
 	return cmd
 }
 

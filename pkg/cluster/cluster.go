@@ -66,6 +66,9 @@ type Cluster struct {
 	// replace them with fakes.
 	newEtcd func() (etcdAPI, error)
 	newKube func(h inventory.Host) (kubernetes.Interface, error)
+	// maint reaches etcd's maintenance calls and the apiservers' readiness
+	// for 'hardway etcd defrag' (see maintenance.go); tests replace it.
+	maint maintHooks
 }
 
 // etcdAPI is what the steps and checks ask etcd; *etcd.Client is one.

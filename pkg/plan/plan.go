@@ -50,6 +50,9 @@ const (
 	Apply Kind = "apply"
 	// Wait waits for health and checks; it changes nothing by itself.
 	Wait Kind = "wait"
+	// Maintenance compacts or defragments etcd or moves its leadership:
+	// no object changes, but a member is busy while it runs.
+	Maintenance Kind = "maintenance"
 )
 
 // Action is one change a step makes.
