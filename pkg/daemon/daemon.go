@@ -85,6 +85,9 @@ type Config struct {
 	// journald reads when stderr is its stream.
 	Journal bool
 	Now     func() time.Time
+	// Backups, when set, takes scheduled backups after the checks and adds
+	// the backup/last check and the hardway_backup_* metrics.
+	Backups *Backups
 }
 
 // DefaultListen is loopback: the metrics name every host and certificate.
@@ -108,6 +111,8 @@ type Daemon struct {
 	repairFailures int       // failed repairs in a row
 	repairsAfter   time.Time // no repair before this
 	pauseLogged    bool      // the current pause was logged
+
+	bk backupState // scheduled backups (only runOnce touches it)
 }
 
 // New returns a daemon; Run starts it.
@@ -364,6 +369,18 @@ func RepairHosts(es []Entry) []string {
 func (d *Daemon) runOnce(ctx context.Context, t Target) {
 	defer t.EndRun()
 	rep := verify.Run(ctx, t.Checks(), d.cfg.Parallel, d.cfg.CheckTimeout)
+	if d.cfg.Backups != nil {
+		r := d.backupRound(ctx, t)
+		rep.Results = append(rep.Results, r)
+		switch r.Status {
+		case verify.Pass:
+			rep.Pass++
+		case verify.Warn:
+			rep.Warn++
+		default:
+			rep.Fail++
+		}
+	}
 	es := Summarize(rep.Results)
 	for _, tr := range d.trk.Update(es) {
 		p := prioNotice
@@ -376,6 +393,10 @@ func (d *Daemon) runOnce(ctx context.Context, t Target) {
 		d.log.printf(p, "%s", tr.Line())
 	}
 	s := &snapshot{entries: es, duration: rep.Duration}
+	if d.cfg.Backups != nil {
+		bk := d.bk
+		s.backup = &bk
+	}
 	s.certs = t.Certificates(d.cfg.Now())
 	ectx, cancel := context.WithTimeout(ctx, d.cfg.CheckTimeout)
 	ms, err := t.EtcdStatus(ectx)

@@ -22,6 +22,7 @@ type snapshot struct {
 	entries  []Entry
 	certs    []Certificate
 	etcd     []EtcdMember
+	backup   *backupState // nil: no scheduled backups
 	duration time.Duration
 	finished time.Time
 }
@@ -39,6 +40,9 @@ type metrics struct {
 	skipped prometheus.Counter
 	repairs *prometheus.CounterVec
 	reloads *prometheus.CounterVec
+	backups *prometheus.CounterVec
+
+	backupLastOK, backupLastSize, backupLastDuration, backupLastAttempt, backupLastResult *prometheus.Desc
 
 	checkStatus, checkCount, certExpiry, etcdHealthy, etcdLeader, etcdDB, duration, lastRun *prometheus.Desc
 }
@@ -57,7 +61,13 @@ func newMetrics(now func() time.Time) *metrics {
 	m.etcdDB = prometheus.NewDesc("hardway_etcd_member_db_size_bytes", "Size of the member's database.", []string{"member"}, nil)
 	m.duration = prometheus.NewDesc("hardway_run_duration_seconds", "Duration of the last verify run (repairs not included).", nil, nil)
 	m.lastRun = prometheus.NewDesc("hardway_last_run_timestamp_seconds", "When the last verify run finished (Unix time).", nil, nil)
-	m.reg.MustRegister(m, m.runs, m.skipped, m.repairs, m.reloads,
+	m.backups = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hardway_backups_total", Help: "Scheduled backups attempted, by result (ok, failed)."}, []string{"result"})
+	m.backupLastOK = prometheus.NewDesc("hardway_backup_last_success_timestamp_seconds", "When the newest successful backup was finished (Unix time); absent before the first.", nil, nil)
+	m.backupLastSize = prometheus.NewDesc("hardway_backup_last_size_bytes", "Size of the newest successful backup file.", nil, nil)
+	m.backupLastDuration = prometheus.NewDesc("hardway_backup_last_duration_seconds", "How long the newest successful backup took.", nil, nil)
+	m.backupLastAttempt = prometheus.NewDesc("hardway_backup_last_attempt_timestamp_seconds", "When the daemon last tried a backup (Unix time).", nil, nil)
+	m.backupLastResult = prometheus.NewDesc("hardway_backup_last_result", "1 when the last backup attempt succeeded, 0 when it failed.", nil, nil)
+	m.reg.MustRegister(m, m.runs, m.skipped, m.repairs, m.reloads, m.backups,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -70,7 +80,8 @@ func (m *metrics) set(s *snapshot) {
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.checkStatus, m.checkCount, m.certExpiry, m.etcdHealthy, m.etcdLeader, m.etcdDB, m.duration, m.lastRun} {
+	for _, d := range []*prometheus.Desc{m.checkStatus, m.checkCount, m.certExpiry, m.etcdHealthy, m.etcdLeader, m.etcdDB, m.duration, m.lastRun,
+		m.backupLastOK, m.backupLastSize, m.backupLastDuration, m.backupLastAttempt, m.backupLastResult} {
 		ch <- d
 	}
 }
@@ -103,6 +114,17 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.etcdLeader, prometheus.GaugeValue, b2f(e.Leader), e.Name)
 		if e.Reachable {
 			ch <- prometheus.MustNewConstMetric(m.etcdDB, prometheus.GaugeValue, float64(e.DBSize), e.Name)
+		}
+	}
+	if b := s.backup; b != nil {
+		if !b.last.Time.IsZero() {
+			ch <- prometheus.MustNewConstMetric(m.backupLastOK, prometheus.GaugeValue, float64(b.last.Time.UnixNano())/1e9)
+			ch <- prometheus.MustNewConstMetric(m.backupLastSize, prometheus.GaugeValue, float64(b.last.Size))
+			ch <- prometheus.MustNewConstMetric(m.backupLastDuration, prometheus.GaugeValue, b.last.Duration.Seconds())
+		}
+		if !b.attempt.IsZero() {
+			ch <- prometheus.MustNewConstMetric(m.backupLastAttempt, prometheus.GaugeValue, float64(b.attempt.UnixNano())/1e9)
+			ch <- prometheus.MustNewConstMetric(m.backupLastResult, prometheus.GaugeValue, b2f(b.lastErr == nil))
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(m.duration, prometheus.GaugeValue, s.duration.Seconds())
