@@ -433,6 +433,8 @@ systemctl restart ssh`
 		}
 	})
 
+	e.defragScenarios(t)
+
 	t.Run("a host reboot brings every service back", func(t *testing.T) {
 		e.t = t
 		e.ssh("controller-3", "systemctl reboot")
