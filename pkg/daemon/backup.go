@@ -39,9 +39,10 @@ type Backups struct {
 	// Take writes one backup of t's cluster (it takes the state
 	// directory's lock itself), printing progress to log.
 	Take func(ctx context.Context, t Target, log io.Writer) (BackupInfo, error)
-	// Newest finds the newest backup already on disk, so that a restarted
-	// daemon waits out the interval instead of taking one at once.
-	Newest func() (BackupInfo, bool, error)
+	// Newest finds the newest backup of t's cluster already on disk, so
+	// that a restarted daemon waits out the interval instead of taking one
+	// at once.
+	Newest func(t Target) (BackupInfo, bool, error)
 	// Describe says where backups go, for hints ("backups/ next to the
 	// inventory, keep 7").
 	Describe string
@@ -82,7 +83,7 @@ func (d *Daemon) backupRound(ctx context.Context, t Target) verify.Result {
 	if !st.init {
 		st.init, st.since = true, now
 		if b.Newest != nil {
-			if info, ok, err := b.Newest(); err != nil {
+			if info, ok, err := b.Newest(t); err != nil {
 				d.log.printf(prioWarning, "backup: cannot list earlier backups: %v", err)
 			} else if ok {
 				st.last = info

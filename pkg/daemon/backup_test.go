@@ -68,7 +68,7 @@ func TestScheduledBackups(t *testing.T) {
 	log := &syncBuffer{}
 	d := New(Config{Interval: time.Minute, Log: log, Now: func() time.Time { return now },
 		Backups: &Backups{Interval: 24 * time.Hour, Take: fb.take, Describe: "/b, keep 7",
-			Newest: func() (BackupInfo, bool, error) {
+			Newest: func(Target) (BackupInfo, bool, error) {
 				return BackupInfo{Path: "/b/lab-0.hwbackup", Size: 4000, Time: t0.Add(-2 * time.Hour)}, true, nil
 			}}})
 	addr := serve(t, d)
@@ -180,5 +180,23 @@ func TestBackupOverdue(t *testing.T) {
 	st = backupState{init: true, since: t0}
 	if r := backupResult(b, st, t0.Add(2*time.Hour)); r.Status != verify.Fail || !strings.Contains(r.Message, "none taken yet") {
 		t.Fatalf("%+v", r)
+	}
+}
+
+// With scheduled backups the unit makes the backup directory writable too,
+// and only then.
+func TestUnitBackupDir(t *testing.T) {
+	u, err := Unit(UnitConfig{Binary: "/usr/local/bin/hardway", StateDir: "/srv/lab/.hardway", BackupDir: "/srv/lab backups"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(u, "ReadWritePaths=/srv/lab/.hardway\nReadWritePaths=\"/srv/lab backups\"\n") {
+		t.Fatalf("%s", u)
+	}
+	if u, _ := Unit(UnitConfig{Binary: "/usr/local/bin/hardway", StateDir: "/srv/lab/.hardway"}); strings.Count(u, "ReadWritePaths=") != 1 {
+		t.Fatalf("%s", u)
+	}
+	if _, err := Unit(UnitConfig{Binary: "/usr/local/bin/hardway", StateDir: "/x", BackupDir: "backups"}); err == nil {
+		t.Fatal("a relative backup directory was accepted")
 	}
 }

@@ -13,6 +13,7 @@ type UnitConfig struct {
 	Binary    string   // absolute path of the hardway binary
 	Args      []string // after "daemon": -i, --state, --interval, ...
 	StateDir  string   // the only writable path
+	BackupDir string   // with scheduled backups: writable too
 	User      string   // "" runs as root
 	Cluster   string   // for Description=
 	Watchdog  time.Duration
@@ -51,6 +52,9 @@ ProtectHome=read-only
 PrivateTmp=yes
 PrivateMounts=yes
 ReadWritePaths={{.StateDir}}
+{{- if .BackupDir}}
+ReadWritePaths={{.BackupDir}}
+{{- end}}
 PrivateDevices=yes
 DevicePolicy=closed
 ProtectKernelTunables=yes
@@ -92,6 +96,13 @@ func Unit(c UnitConfig) (string, error) {
 	if c.StopAfter <= 0 {
 		c.StopAfter = 60 * time.Second
 	}
+	backupDir := ""
+	if c.BackupDir != "" {
+		if !strings.HasPrefix(c.BackupDir, "/") {
+			return "", fmt.Errorf("unit: backup directory %q must be an absolute path", c.BackupDir)
+		}
+		backupDir = quotePath(c.BackupDir)
+	}
 	words := []string{quoteExec(c.Binary), "daemon"}
 	for _, a := range c.Args {
 		words = append(words, quoteExec(a))
@@ -105,6 +116,7 @@ func Unit(c UnitConfig) (string, error) {
 		"StopSec":     seconds(c.StopAfter),
 		"User":        c.User,
 		"StateDir":    quotePath(c.StateDir),
+		"BackupDir":   backupDir,
 	})
 	return b.String(), err
 }
