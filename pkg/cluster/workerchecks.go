@@ -13,6 +13,7 @@ import (
 
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/kube"
+	"github.com/hardway/hardway/pkg/podnet"
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/verify"
 )
@@ -260,18 +261,26 @@ func (c *Cluster) checkNodes(ctx context.Context) []verify.Result {
 	for _, p := range kube.NodeProblems(nodes.Items) {
 		out = append(out, verify.Result{Check: "nodes", Host: p.Node, Status: verify.Fail, Message: p.Reason, Hint: p.Hint})
 	}
+	var removed []string
+	if st, err := podnet.LoadState(c.opt.State.PodSubnets()); err == nil {
+		removed = st.Removed(c.Inv)
+	}
 	for _, n := range kube.StaleNodes(nodes.Items, c.hostNames()) {
-		if c.cniBridge() && kube.HardwayWorker(n, c.Inv.Network.PodNet()) {
+		if c.hardwayNode(n, removed) {
+			what := "a removed worker"
+			if n.Spec.PodCIDR != "" {
+				what += ", pod subnet " + n.Spec.PodCIDR
+			}
 			out = append(out, verify.Result{Check: "nodes/stale", Host: n.Name, Status: verify.Fail,
-				Message: fmt.Sprintf("Node %s is not in the inventory (a removed worker, pod subnet %s)", n.Name, n.Spec.PodCIDR),
-				Hint:    "'hardway up' drains and deletes it; by hand: " + kube.RemoveCommand(n.Name)})
+				Message: fmt.Sprintf("Node %s is not in the inventory (%s)", n.Name, what),
+				Hint:    "'hardway up' drains it, stops its kubelet and deletes it; by hand: " + kube.RemoveCommand(n.Name)})
 		} else {
 			out = append(out, verify.Result{Check: "nodes/stale", Host: n.Name, Status: verify.Warn,
 				Message: fmt.Sprintf("Node %s is not in the inventory (joined by other means?)", n.Name),
 				Hint:    "add it to workers: or remove it: " + kube.RemoveCommand(n.Name)})
 		}
 	}
-	if names, found, err := kube.CalicoNodeNames(ctx, cs); err != nil {
+	if names, resource, found, err := kube.CalicoNodeNames(ctx, cs); err != nil {
 		out = append(out, verify.Result{Check: "nodes/calico", Status: verify.Warn, Message: err.Error()})
 	} else if found {
 		have := map[string]bool{}
@@ -282,7 +291,7 @@ func (c *Cluster) checkNodes(ctx context.Context) []verify.Result {
 			if !have[name] {
 				out = append(out, verify.Result{Check: "nodes/calico", Host: name, Status: verify.Fail,
 					Message: fmt.Sprintf("Calico node %s has no Node: a new node with its address fails with \"already using the IPv4 address\"", name),
-					Hint:    fmt.Sprintf("kubectl delete nodes.crd.projectcalico.org %s (or calicoctl delete node %s); its IPAM blocks are released with it", name, name)})
+					Hint:    fmt.Sprintf("kubectl delete %s %s (or calicoctl delete node %s); its IPAM blocks are released with it", resource, name, name)})
 			}
 		}
 	}

@@ -72,15 +72,16 @@ func containerHost(h inventory.Host) bool { return h.ContainerHost }
 // proxyMode is kube-proxy's mode: iptables (default) or nftables.
 func (c *Cluster) proxyMode() string { return c.Inv.Network.KubeProxyMode }
 
-// recordPodSubnets saves the workers' pod subnets in the state directory
-// when they changed (a new worker, or one removed: its subnet is free), in
-// the render step: before push writes them into CNI configs and routes.
+// recordPodSubnets saves the workers' pod subnets and hosts in the state
+// directory when they changed (a new worker, a new address), in the render
+// step: before push writes them into CNI configs and routes. A removed
+// worker stays in the file until the workers step has removed it.
 func (c *Cluster) recordPodSubnets() ([]plan.Action, error) {
-	pods, changed, err := podnet.ForInventory(c.opt.State, c.Inv)
+	_, next, changed, err := podnet.ForState(c.opt.State, c.Inv)
 	if err != nil || !changed {
 		return nil, err
 	}
 	path := c.opt.State.PodSubnets()
-	return []plan.Action{{Kind: plan.Write, Desc: fmt.Sprintf("record pod subnets in %s: %s", path, pods),
-		Do: func(context.Context) error { return podnet.Save(path, pods) }}}, nil
+	return []plan.Action{{Kind: plan.Write, Desc: fmt.Sprintf("record pod subnets and worker addresses in %s: %s", path, next.Subnets),
+		Do: func(context.Context) error { return podnet.SaveState(path, next) }}}, nil
 }

@@ -16,8 +16,10 @@ import (
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/kube"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/podnet"
 	"github.com/hardway/hardway/pkg/poll"
 	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/units"
 	"github.com/hardway/hardway/pkg/usererr"
 )
 
@@ -56,22 +58,22 @@ func (c *Cluster) kubeClient() (kubernetes.Interface, error) {
 }
 
 func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan.Action, error) {
-	if len(c.Inv.Workers) == 0 {
-		return nil, nil
-	}
 	if err := c.ensureRendered(ctx); err != nil {
 		return nil, err
 	}
-	subnets, err := c.podSubnets()
+	_, st, _, err := podnet.ForState(c.opt.State, c.Inv)
 	if err != nil {
 		return nil, err
 	}
+	subnets := st.Subnets
 	hosts := c.Inv.Hosts()
 	snaps := make([]*snapshot, len(hosts))
 	err = remote.ForEach(ctx, hosts, 8, func(ctx context.Context, h inventory.Host) error {
+		// The pod-routes unit everywhere: a host that must no longer have
+		// it (no worker left, or cni none) has it stopped and removed.
 		comps := c.hostComponents(h.Name)
-		if len(comps) == 0 {
-			return nil
+		if !slices.Contains(comps, PodRoutes) {
+			comps = append(comps, PodRoutes)
 		}
 		sh, err := c.Host(ctx, h.Name)
 		if err != nil {
@@ -90,12 +92,19 @@ func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan
 	var nodes map[string]*corev1.Node
 	var stale []corev1.Node
 	if cs, err := c.kubeClient(); err == nil {
-		nodes, stale, err = c.workerNodes(ctx, cs)
+		nodes, stale, err = c.workerNodes(ctx, cs, st.Removed(c.Inv))
 		if err != nil {
 			nodes, stale = nil, nil
 		}
 	}
+	removed := c.removedWorkers(st, stale)
 
+	// Workers removed from the inventory go first: drained while the
+	// others still run their pods' new homes, stopped, their Nodes deleted.
+	var actions []plan.Action
+	for _, r := range removed {
+		actions = append(actions, c.removeActions(r, nodes != nil)...)
+	}
 	var fresh, rolling []plan.Action
 	var freshNames []string
 	for _, w := range c.Inv.Workers {
@@ -119,26 +128,62 @@ func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan
 			rolling = append(rolling, as...)
 		}
 	}
-	actions := fresh
+	actions = append(actions, fresh...)
 	if len(freshNames) > 0 {
 		actions = append(actions, c.waitReadyAction(freshNames...))
 	}
 	actions = append(actions, rolling...)
-	actions = append(actions, c.removeStaleActions(stale)...)
 	for _, h := range c.Inv.ControlPlane {
 		sn := snaps[indexOf(hosts, h.Name)]
-		if sn == nil {
+		sh, err := c.Host(ctx, h.Name)
+		if err != nil {
+			return nil, err
+		}
+		if !c.hasRoutes(h.Name) {
+			continue
+		}
+		if a := c.serviceAction(h, sh, sn, PodRoutes, serviceOpts{}); a != nil {
+			actions = append(actions, *a)
+		}
+	}
+	// Hosts that must no longer route pods (the last worker left, or
+	// network.cni none): the unit goes, and with it its routes.
+	for _, h := range hosts {
+		if c.hasRoutes(h.Name) {
 			continue
 		}
 		sh, err := c.Host(ctx, h.Name)
 		if err != nil {
 			return nil, err
 		}
-		if a := c.serviceAction(h, sh, sn, PodRoutes, serviceOpts{}); a != nil {
+		if a := c.removeRoutesUnitAction(h.Name, sh, snaps[indexOf(hosts, h.Name)]); a != nil {
 			actions = append(actions, *a)
 		}
 	}
+	// Last: the removed workers' subnets are free once no host routes to
+	// them any more (the pod-routes restarts above).
+	if a := c.freeAction(removed); a != nil {
+		actions = append(actions, *a)
+	}
 	return actions, nil
+}
+
+// removeRoutesUnitAction stops, disables and deletes the pod-routes unit on
+// a host that must not have it (stopping it removes exactly its routes and
+// the egress rule), or nil when it is not there.
+func (c *Cluster) removeRoutesUnitAction(host string, sh remote.Host, sn *snapshot) *plan.Action {
+	st := sn.Units[PodRoutes]
+	if !st.Active && !st.Enabled && st.State != "failed" {
+		return nil
+	}
+	unit := PodRoutes + ".service"
+	path := units.UnitPath(PodRoutes)
+	return &plan.Action{Host: host, Kind: plan.Write,
+		Desc: fmt.Sprintf("remove %s (no worker to route to: stopping it removes its routes), disable it, delete %s", unit, path),
+		Do: func(ctx context.Context) error {
+			_, err := sh.Run(ctx, fmt.Sprintf("systemctl disable --now %s && rm -f %s && systemctl daemon-reload && { systemctl reset-failed %s 2>/dev/null || true; }", remote.Quote(unit), remote.Quote(path), remote.Quote(unit)), nil)
+			return withJournal(ctx, sh, unit, err)
+		}}
 }
 
 // isFresh is a worker where no worker service runs yet.
@@ -248,10 +293,11 @@ func (c *Cluster) oldLoopbackAction(ctx context.Context, sh remote.Host, host st
 }
 
 // workerNodes reads the Node of every worker (absent: not registered), and
-// the Nodes of workers removed from the inventory: not a host of it, with a
-// pod subnet from network.podCIDR (only hardway sets those with the bridge
-// CNI), so a node joined by other means is never touched.
-func (c *Cluster) workerNodes(ctx context.Context, cs kubernetes.Interface) (map[string]*corev1.Node, []corev1.Node, error) {
+// the Nodes of workers removed from the inventory: listed in removed (the
+// state's record), or not a host of the inventory with a pod subnet from
+// network.podCIDR (only hardway sets those with the bridge CNI), so a node
+// joined by other means is never touched.
+func (c *Cluster) workerNodes(ctx context.Context, cs kubernetes.Interface, removed []string) (map[string]*corev1.Node, []corev1.Node, error) {
 	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("list Nodes: %w", err)
@@ -263,47 +309,24 @@ func (c *Cluster) workerNodes(ctx context.Context, cs kubernetes.Interface) (map
 		}
 	}
 	var stale []corev1.Node
-	if c.cniBridge() {
-		for _, n := range kube.StaleNodes(l.Items, c.hostNames()) {
-			if kube.HardwayWorker(n, c.Inv.Network.PodNet()) {
-				stale = append(stale, n)
-			}
+	for _, n := range kube.StaleNodes(l.Items, c.hostNames()) {
+		if c.hardwayNode(n, removed) {
+			stale = append(stale, n)
 		}
 	}
 	return out, stale, nil
+}
+
+// hardwayNode says whether a Node not in the inventory is a worker hardway
+// set up: recorded in the state, or with a hardway pod subnet.
+func (c *Cluster) hardwayNode(n corev1.Node, removed []string) bool {
+	return slices.Contains(removed, n.Name) || c.cniBridge() && kube.HardwayWorker(n, c.Inv.Network.PodNet())
 }
 
 func (c *Cluster) hostNames() []string {
 	var out []string
 	for _, h := range c.Inv.Hosts() {
 		out = append(out, h.Name)
-	}
-	return out
-}
-
-// drainTimeout bounds the drain of a removed worker.
-const drainTimeout = 2 * time.Minute
-
-// removeStaleActions removes the Nodes of workers no longer in the
-// inventory: cordon, drain (their pods move to the other workers), delete.
-// Their routes go with the pod-routes units pushed without them, and their
-// subnets are free once the state's allocation no longer lists them.
-func (c *Cluster) removeStaleActions(stale []corev1.Node) []plan.Action {
-	var out []plan.Action
-	for _, n := range stale {
-		name := n.Name
-		out = append(out, plan.Action{Kind: plan.Membership,
-			Desc: fmt.Sprintf("remove Node %s (not in the inventory; pod subnet %s): cordon, drain, delete", name, n.Spec.PodCIDR),
-			Do: func(ctx context.Context) error {
-				cs, err := c.kubeClient()
-				if err != nil {
-					return err
-				}
-				if err := kube.DrainAndDelete(ctx, cs, name, drainTimeout); err != nil {
-					return usererr.New(err, "fix what keeps the pods (a PodDisruptionBudget, say) or remove the node by hand: "+kube.RemoveCommand(name))
-				}
-				return nil
-			}})
 	}
 	return out
 }

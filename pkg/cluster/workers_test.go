@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -12,15 +13,19 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/kube"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/podnet"
 	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/remote/remotetest"
+	"github.com/hardway/hardway/pkg/state"
 	"github.com/hardway/hardway/pkg/units"
 	"github.com/hardway/hardway/pkg/usererr"
 	"github.com/hardway/hardway/pkg/verify"
@@ -230,7 +235,12 @@ workers:
 		f.ExpectMatch(`(?s).*`).AnyTimes().RespondWith(func(cmd string, _ []byte) (string, error) { return m.answer(cmd) })
 		wf.hosts[h.Name] = f
 	}
-	wf.Cluster = New(inv, Options{Connect: func(_ context.Context, cfg remote.Config) (remote.Host, error) { return wf.hosts[cfg.Name], nil }})
+	wf.Cluster = New(inv, Options{Connect: func(_ context.Context, cfg remote.Config) (remote.Host, error) {
+		if h, ok := wf.hosts[cfg.Name]; ok {
+			return h, nil
+		}
+		return nil, &remote.DialError{Host: cfg.Name, Addr: cfg.Address, Kind: remote.ErrRetryable, Err: errors.New("no route to host")}
+	}})
 	wf.newKube = func(inventory.Host) (kubernetes.Interface, error) { return wf.kube, nil }
 	img := func(name, id string) release.Artifact {
 		return release.Artifact{Name: release.ImagePrefix + name, Image: &release.ImageInfo{Name: name, ID: id}}
@@ -420,9 +430,12 @@ func TestPlanWorkersPodCIDRConflict(t *testing.T) {
 
 func TestPlanWorkersRemovesStaleWorkers(t *testing.T) {
 	wf, _ := convergedWorkers(t)
-	// worker-3 left the inventory; "joined" came in by other means (no
-	// hardway subnet): only worker-3 is removed.
-	for _, n := range []*corev1.Node{readyNode("worker-3", "10.200.2.0/24"), readyNode("joined", "")} {
+	// worker-3 left the inventory (a state from before hardway recorded
+	// hosts: the Node's address is used); "joined" came in by other means
+	// (no hardway subnet): only worker-3 is removed.
+	w3 := readyNode("worker-3", "10.200.2.0/24")
+	w3.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.240.0.23"}}
+	for _, n := range []*corev1.Node{w3, readyNode("joined", "")} {
 		if _, err := wf.kube.CoreV1().Nodes().Create(t.Context(), n, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -431,14 +444,141 @@ func TestPlanWorkersRemovesStaleWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := wdescs(as); len(got) != 1 || got[0] != "membership : remove Node worker-3 (not in the inventory; pod subnet 10.200.2.0/24): cordon, drain, delete" {
-		t.Fatalf("plan: %v", got)
+	want := []string{
+		"membership : cordon and drain Node worker-3 (not in the inventory; pod subnet 10.200.2.0/24): evict its pods (PodDisruptionBudgets respected, at most 2m0s; DaemonSet and static pods stay)",
+		"membership worker-3: stop and disable kubelet and kube-proxy on worker-3 (10.240.0.23, the Node's InternalIP) so that it cannot register its Node again; " +
+			"remove its pods, its pod network (cni0, the IPAM state, its routes and egress rule), its credentials; stop containerd (a host that does not answer is skipped with a warning)",
+		"membership : delete Node worker-3",
 	}
-	if err := as[0].Do(t.Context()); err != nil {
-		t.Fatal(err)
+	if got := wdescs(as); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// worker-3 does not answer: a warning, and the Node goes all the same.
+	var log strings.Builder
+	wf.opt.Out = &log
+	for _, a := range as {
+		if err := a.Do(t.Context()); err != nil {
+			t.Fatalf("%s: %v", a.Desc, err)
+		}
 	}
 	if n, _ := kube.GetNode(t.Context(), wf.kube, "worker-3"); n != nil {
 		t.Fatal("worker-3 still there")
+	}
+	if !strings.Contains(log.String(), "warning: worker-3 (10.240.0.23) does not answer") || !strings.Contains(log.String(), "registers Node worker-3 again") {
+		t.Fatalf("no warning: %q", log.String())
+	}
+}
+
+// A worker removed from the inventory, recorded in the state: drained,
+// stopped over SSH (at the address recorded) before its Node is deleted,
+// routes gone with the remaining hosts' unit restarts, subnet freed last.
+func TestPlanWorkersRemovesRecordedWorker(t *testing.T) {
+	models := map[string]*workerModel{"c1": running(PodRoutes),
+		"worker-1": running(workerComponents()...), "worker-2": running(workerComponents()...)}
+	models["worker-1"].images, models["worker-2"].images = bothImgs, bothImgs
+	wf := newWorkerFake(t, models)
+	wf.opt.State = state.Dir(t.TempDir())
+	// up with both workers recorded them; then worker-2 left the inventory.
+	st, err := podnet.Next(&podnet.State{}, wf.Inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := podnet.SaveState(wf.opt.State.PodSubnets(), st); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range []string{"worker-1", "worker-2"} {
+		if _, err := wf.kube.CoreV1().Nodes().Create(t.Context(), readyNode(w, fmt.Sprintf("10.200.%d.0/24", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wf.Inv.Workers = wf.Inv.Workers[:1]
+	wf.Inv.Workers[0].Address = "10.240.0.21"
+	// The render step records nothing new: worker-2 keeps its subnet
+	// (and its host) until it is removed.
+	if as, err := wf.recordPodSubnets(); err != nil || len(as) != 0 {
+		t.Fatalf("record: %v %v", wdescs(as), err)
+	}
+	// push planned the new routes units (without worker-2's subnet).
+	earlier := plan.Planned{{Host: "worker-1", Kind: plan.Write, Restarts: []string{PodRoutes}}, {Host: "c1", Kind: plan.Write, Restarts: []string{PodRoutes}}}
+	as, err := wf.planWorkers(t.Context(), earlier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"membership : cordon and drain Node worker-2 (not in the inventory; pod subnet 10.200.1.0/24): evict its pods (PodDisruptionBudgets respected, at most 2m0s; DaemonSet and static pods stay)",
+		"membership worker-2: stop and disable kubelet and kube-proxy on worker-2 (10.240.0.22, as recorded in " + wf.opt.State.PodSubnets() + ") so that it cannot register its Node again; " +
+			"remove its pods, its pod network (cni0, the IPAM state, its routes and egress rule), its credentials; stop containerd (a host that does not answer is skipped with a warning)",
+		"membership : delete Node worker-2",
+		"restart worker-1: hardway-pod-routes: restart (files changed)",
+		"wait worker-1: wait for Node worker-1 to be Ready",
+		"restart c1: hardway-pod-routes: restart (files changed)",
+		"membership : free the pod subnets of removed workers in " + wf.opt.State.PodSubnets() + ": worker-2 (10.200.1.0/24)",
+	}
+	if got := wdescs(as); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if w := wf.writes(); len(w) > 0 {
+		t.Fatalf("the plan changed hosts: %v", w)
+	}
+	// The kubelet is stopped (and proven stopped) before the Node goes: a
+	// running kubelet would register it again.
+	var order []string
+	wf.kube.PrependReactor("delete", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		order = append(order, fmt.Sprintf("delete Node after %d command(s) on worker-2", len(wf.hosts["worker-2"].Commands())))
+		return false, nil, nil
+	})
+	for _, a := range as[:3] {
+		if err := a.Do(t.Context()); err != nil {
+			t.Fatalf("%s: %v", a.Desc, err)
+		}
+	}
+	cmds := strings.Join(wf.hosts["worker-2"].Commands(), "\n")
+	for _, want := range []string{"systemctl disable --now kubelet.service", "systemctl disable --now kube-proxy.service", "if systemctl is-active -q kubelet.service; then", "rmp --all --force",
+		"systemctl disable --now hardway-pod-routes.service", "ip link delete cni0", "rm -rf /var/lib/cni/networks/bridge", "rm -f /var/lib/kubelet/kubelet.key"} {
+		if !strings.Contains(cmds, want) {
+			t.Errorf("worker-2 did not run %q:\n%s", want, cmds)
+		}
+	}
+	if strings.Index(cmds, "disable --now kubelet") > strings.Index(cmds, "rmp --all") {
+		t.Error("pods removed before the kubelet stopped")
+	}
+	if !slices.Equal(order, []string{"delete Node after 1 command(s) on worker-2"}) {
+		t.Fatalf("order: %v", order)
+	}
+	if n, _ := kube.GetNode(t.Context(), wf.kube, "worker-2"); n != nil {
+		t.Fatal("worker-2 still there")
+	}
+	if err := as[len(as)-1].Do(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	after, err := podnet.LoadState(wf.opt.State.PodSubnets())
+	if err != nil || after.Subnets.String() != "worker-1=10.200.0.0/24" || len(after.Hosts) != 1 {
+		t.Fatalf("state after: %+v %v", after, err)
+	}
+}
+
+// The last worker removed: the control-plane host's routes unit, which
+// would have nothing to route, is stopped (taking its routes) and deleted.
+func TestPlanWorkersLastWorkerRemoved(t *testing.T) {
+	wf, _ := convergedWorkers(t)
+	wf.opt.State = state.Dir(t.TempDir())
+	wf.Inv.Workers = nil
+	as, err := wf.planWorkers(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(wdescs(as), "\n")
+	for _, want := range []string{"membership : delete Node worker-1", "membership : delete Node worker-2",
+		"write c1: remove hardway-pod-routes.service (no worker to route to: stopping it removes its routes), disable it, delete /etc/systemd/system/hardway-pod-routes.service"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("plan lacks %q:\n%s", want, got)
+		}
+	}
+	if err := as[len(as)-1].Do(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if w := wf.writes(); !slices.Contains(w, "c1: systemctl disable --now hardway-pod-routes.service && rm -f /etc/systemd/system/hardway-pod-routes.service && systemctl daemon-reload && { systemctl reset-failed hardway-pod-routes.service 2>/dev/null || true; }") {
+		t.Fatalf("ran %v", w)
 	}
 }
 

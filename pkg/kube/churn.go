@@ -37,18 +37,24 @@ func HardwayWorker(n corev1.Node, pod netip.Prefix) bool {
 	return err == nil && pod.IsValid() && pod.Contains(p.Addr())
 }
 
-// RemoveCommand is what a user runs to remove a stale Node by hand.
+// RemoveCommand is what a user runs to remove a stale Node by hand: drain
+// it, stop its kubelet (a running kubelet registers the Node again), delete.
 func RemoveCommand(name string) string {
-	return fmt.Sprintf("kubectl drain %s --ignore-daemonsets --delete-emptydir-data --force && kubectl delete node %s", name, name)
+	return fmt.Sprintf("kubectl drain %s --ignore-daemonsets --delete-emptydir-data --force; on %s: systemctl disable --now kubelet kube-proxy; kubectl delete node %s", name, name, name)
 }
 
-// DrainAndDelete cordons the Node, evicts its pods (DaemonSet and static
-// pods stay: they belong to the node), waits for them to be gone and
-// deletes the Node. Evictions respect PodDisruptionBudgets; one that keeps
-// refusing ends the drain with an error after timeout.
-func DrainAndDelete(ctx context.Context, cs kubernetes.Interface, name string, timeout time.Duration) error {
+// Drain cordons the Node and evicts its pods (DaemonSet and static pods
+// stay: they belong to the node), waiting until they are gone. Evictions go
+// through the Eviction API, so PodDisruptionBudgets are respected: one that
+// keeps refusing ends the drain with an error after timeout, naming the
+// pods. A Node that does not exist is drained. When the Node is not Ready
+// (its kubelet is gone), pods already being deleted are not waited for: no
+// kubelet would ever confirm it, and deleting the Node lets the pod garbage
+// collector remove them.
+func Drain(ctx context.Context, cs kubernetes.Interface, name string, timeout time.Duration) error {
 	patch := []byte(`{"spec":{"unschedulable":true}}`)
-	if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+	node, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -60,25 +66,32 @@ func DrainAndDelete(ctx context.Context, cs kubernetes.Interface, name string, t
 		if err != nil {
 			return fmt.Errorf("pods on %s: %w", name, err)
 		}
+		if n, err := GetNode(ctx, cs, name); err == nil && n != nil {
+			node = n
+		}
+		ready, _ := NodeReady(node)
 		var left []string
 		for _, p := range pods.Items {
-			if stays(p) || p.DeletionTimestamp != nil && p.Status.Phase != corev1.PodRunning {
+			if stays(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			if p.DeletionTimestamp != nil {
+				if ready {
+					left = append(left, p.Namespace+"/"+p.Name)
+				}
 				continue
 			}
 			left = append(left, p.Namespace+"/"+p.Name)
-			if p.DeletionTimestamp != nil {
-				continue
-			}
 			ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
 			if err := cs.CoreV1().Pods(p.Namespace).EvictV1(ctx, ev); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsTooManyRequests(err) {
 				return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 			}
 		}
 		if len(left) == 0 {
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("drain %s: %d pod(s) still there after %s (a PodDisruptionBudget?): %s", name, len(left), timeout, strings.Join(left, ", "))
+			return fmt.Errorf("drain %s: %d pod(s) still there after %s (a PodDisruptionBudget that allows no disruption?): %s", name, len(left), timeout, strings.Join(left, ", "))
 		}
 		select {
 		case <-ctx.Done():
@@ -86,6 +99,10 @@ func DrainAndDelete(ctx context.Context, cs kubernetes.Interface, name string, t
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// DeleteNode deletes the Node; one that does not exist is no error.
+func DeleteNode(ctx context.Context, cs kubernetes.Interface, name string) error {
 	if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete Node %s: %w", name, err)
 	}
@@ -106,25 +123,35 @@ func stays(p corev1.Pod) bool {
 	return false
 }
 
-// CalicoNodesPath is where Calico keeps one object per node it knows.
-const CalicoNodesPath = "/apis/crd.projectcalico.org/v1/nodes"
+// CalicoNodeAPIs are where Calico keeps one object per node it knows, and
+// the resource kubectl deletes one by: its CRD (what the calico-node pods
+// write), then the projectcalico.org/v3 API that the Calico API server
+// serves in front of it.
+var CalicoNodeAPIs = []struct{ Path, Resource string }{
+	{"/apis/crd.projectcalico.org/v1/nodes", "nodes.crd.projectcalico.org"},
+	{"/apis/projectcalico.org/v3/nodes", "nodes.projectcalico.org"},
+}
 
-// CalicoNodeNames reads Calico's node objects; found is false without
-// Calico's CRDs.
-func CalicoNodeNames(ctx context.Context, cs kubernetes.Interface) (names []string, found bool, err error) {
+// CalicoNodeNames reads Calico's node objects from the first API of
+// CalicoNodeAPIs the cluster serves; found is false without Calico.
+// resource is what kubectl deletes them by.
+func CalicoNodeNames(ctx context.Context, cs kubernetes.Interface) (names []string, resource string, found bool, err error) {
 	rc := cs.Discovery().RESTClient()
 	if rc == nil {
-		return nil, false, nil // a fake clientset
+		return nil, "", false, nil // a fake clientset
 	}
-	body, err := rc.Get().AbsPath(CalicoNodesPath).DoRaw(ctx)
-	if apierrors.IsNotFound(err) {
-		return nil, false, nil
+	for _, api := range CalicoNodeAPIs {
+		body, err := rc.Get().AbsPath(api.Path).DoRaw(ctx)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, "", false, fmt.Errorf("list Calico nodes (%s): %w", api.Resource, err)
+		}
+		names, err = ParseNames(body)
+		return names, api.Resource, true, err
 	}
-	if err != nil {
-		return nil, false, fmt.Errorf("list Calico nodes: %w", err)
-	}
-	names, err = ParseNames(body)
-	return names, true, err
+	return nil, "", false, nil
 }
 
 // ParseNames reads the object names of a List.

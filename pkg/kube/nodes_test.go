@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -235,18 +236,66 @@ func TestStaleNodesAndDrain(t *testing.T) {
 		l.Items = keep
 		return true, l, nil
 	})
-	if err := DrainAndDelete(ctx, cs, "worker-3", 5*time.Second); err != nil {
+	if err := Drain(ctx, cs, "worker-3", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(evicted, ",") != "default/app" {
 		t.Fatalf("evicted %v", evicted)
 	}
+	if n, _ := GetNode(ctx, cs, "worker-3"); n == nil || !n.Spec.Unschedulable {
+		t.Fatalf("not cordoned: %+v", n)
+	}
+	if err := DeleteNode(ctx, cs, "worker-3"); err != nil {
+		t.Fatal(err)
+	}
 	if n, _ := GetNode(ctx, cs, "worker-3"); n != nil {
 		t.Fatal("node not deleted")
 	}
 	// Gone already: nothing to do.
-	if err := DrainAndDelete(ctx, cs, "worker-3", time.Second); err != nil {
+	if err := Drain(ctx, cs, "worker-3", time.Second); err != nil {
 		t.Fatal(err)
+	}
+	if err := DeleteNode(ctx, cs, "worker-3"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A PodDisruptionBudget that allows no disruption: the eviction is
+	// refused (429) until the timeout, which names the pod.
+	ready := nodes[1].DeepCopy()
+	ready.Name = "worker-4"
+	ready.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, ready, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "worker-4"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	refusals := 0
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		refusals++
+		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 1)
+	})
+	err := Drain(ctx, cs, "worker-4", 1500*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "default/guarded") || refusals < 2 {
+		t.Fatalf("drain against a PDB: %v (%d refusals)", err, refusals)
+	}
+	// Its kubelet gone (NotReady): a pod being deleted is not waited for.
+	notReady := ready.DeepCopy()
+	notReady.Name = "worker-5"
+	notReady.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}
+	now := metav1.Now()
+	if _, err := cs.CoreV1().Nodes().Create(ctx, notReady, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: "default", DeletionTimestamp: &now, Finalizers: []string{"x"}},
+		Spec: corev1.PodSpec{NodeName: "worker-5"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Drain(ctx, cs, "worker-5", time.Second); err != nil {
+		t.Fatalf("drain of a NotReady node: %v", err)
 	}
 	if names, err := ParseNames([]byte(`{"items":[{"metadata":{"name":"b"}},{"metadata":{"name":"a"}}]}`)); err != nil || strings.Join(names, ",") != "a,b" {
 		t.Fatalf("names %v %v", names, err)

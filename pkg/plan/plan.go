@@ -44,7 +44,8 @@ const (
 	Start Kind = "start"
 	// Restart stops and starts a running service.
 	Restart Kind = "restart"
-	// Membership adds or removes an etcd member.
+	// Membership adds or removes an etcd member, or removes a worker (drain,
+	// stop, Node deleted, pod subnet freed).
 	Membership Kind = "membership"
 	// Apply writes objects through the Kubernetes API.
 	Apply Kind = "apply"

@@ -8,27 +8,23 @@
 // inventory, removing one worker renumbers no other, and a new or re-added
 // worker takes the lowest free subnet.
 //
+// A worker removed from the inventory keeps its subnet (and the file keeps
+// how hardway reached it over SSH) until `up` has drained it, stopped it and
+// deleted its Node: only then is the subnet free for another worker, so that
+// no new worker's pods share addresses with pods the old one may still run.
+//
 // Allocate is pure; Load and Save are the only I/O, for the caller to do
 // (a Plan reads, an Action writes).
 package podnet
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"math/big"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 
-	"gopkg.in/yaml.v3"
-
-	"github.com/hardway/hardway/pkg/fsutil"
-	"github.com/hardway/hardway/pkg/inventory"
-	"github.com/hardway/hardway/pkg/state"
 	"github.com/hardway/hardway/pkg/usererr"
 )
 
@@ -111,84 +107,6 @@ func Allocate(existing Allocation, workers []string, pod netip.Prefix) (Allocati
 		}
 	}
 	return out, !out.Equal(existing), nil
-}
-
-// file is pod-subnets.yaml.
-type file struct {
-	Subnets map[string]string `yaml:"subnets"`
-}
-
-const header = `# Pod subnets of the workers, written by hardway. Keep this file with the
-# rest of the state directory: a worker keeps its subnet as long as it is
-# listed here, so that removing one worker never renumbers another.
-`
-
-// Load reads an allocation; a missing file is an empty allocation.
-func Load(path string) (Allocation, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return Allocation{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pod subnets: %w", err)
-	}
-	hint := "the file is written by hardway; restore it from your backup of the state directory (deleting it gives workers new subnets)"
-	var f file
-	if err := yaml.Unmarshal(b, &f); err != nil {
-		return nil, usererr.New(fmt.Errorf("%s: %w", path, err), hint)
-	}
-	out := Allocation{}
-	for w, s := range f.Subnets {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, usererr.New(fmt.Errorf("%s: worker %s: %w", path, w, err), hint)
-		}
-		out[w] = p
-	}
-	return out, nil
-}
-
-// Marshal is the file's content: sorted, so the same allocation is always
-// the same bytes.
-func Marshal(a Allocation) []byte {
-	var b bytes.Buffer
-	b.WriteString(header)
-	if len(a) == 0 {
-		b.WriteString("subnets: {}\n")
-		return b.Bytes()
-	}
-	b.WriteString("subnets:\n")
-	for _, w := range slices.Sorted(maps.Keys(a)) {
-		fmt.Fprintf(&b, "  %s: %s\n", w, a[w])
-	}
-	return b.Bytes()
-}
-
-// Save writes a atomically (a crash leaves the old file or the new one).
-func Save(path string, a Allocation) error {
-	if err := fsutil.WriteFile(path, Marshal(a), 0o644); err != nil {
-		return fmt.Errorf("pod subnets: %w", err)
-	}
-	return nil
-}
-
-// ForInventory loads the state directory's allocation and allocates for
-// inv's workers, writing nothing: what 'hardway render' and a Plan use.
-// changed says that Save must run before the result is pushed anywhere.
-// With network.cni none hardway allocates nothing (the CNI does).
-func ForInventory(d state.Dir, inv *inventory.Inventory) (Allocation, bool, error) {
-	existing, err := Load(d.PodSubnets())
-	if err != nil {
-		return nil, false, err
-	}
-	if inv.Network.CNI == inventory.CNINone {
-		return existing, false, nil
-	}
-	names := make([]string, len(inv.Workers))
-	for i, w := range inv.Workers {
-		names[i] = w.Name
-	}
-	return Allocate(existing, names, inv.Network.PodNet())
 }
 
 // String is "worker-1=10.200.0.0/24, ..." in name order.

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,10 +132,83 @@ func TestForInventoryWritesNothing(t *testing.T) {
 	if _, err := os.Stat(dir.PodSubnets()); !os.IsNotExist(err) {
 		t.Fatalf("ForInventory wrote %s", dir.PodSubnets())
 	}
-	if err := Save(dir.PodSubnets(), a); err != nil {
+	_, next, _, err := ForState(dir, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SaveState(dir.PodSubnets(), next); err != nil {
 		t.Fatal(err)
 	}
 	if b, changed, err := ForInventory(dir, inv); err != nil || changed || !b.Equal(a) {
 		t.Fatalf("after Save: %v %v %v", b, changed, err)
+	}
+	// A new address is a change (the host record).
+	inv.Workers[1].Address = "10.240.0.32"
+	if _, changed, err := ForInventory(dir, inv); err != nil || !changed {
+		t.Fatalf("new address: changed=%v %v", changed, err)
+	}
+}
+
+func parseInv(t *testing.T, workers ...string) *inventory.Inventory {
+	t.Helper()
+	src := "cluster: lab\ncontrolPlane:\n  - {name: c1, address: 10.240.0.11}\n"
+	if len(workers) > 0 {
+		src += "workers:\n"
+	}
+	for _, w := range workers {
+		src += "  - " + w + "\n"
+	}
+	inv, err := inventory.Parse("inv.yaml", "/nonexistent/inv.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inv
+}
+
+// A removed worker keeps its subnet and host record until Without: a new
+// worker added in the same run takes another subnet; re-added later, a
+// worker gets the lowest free one again.
+func TestRemovedWorkerKeepsSubnetUntilFreed(t *testing.T) {
+	two := parseInv(t, "{name: w1, address: 10.240.0.21}", "{name: w2, address: 10.240.0.22, ssh: {port: 2222}}")
+	cur, err := Next(&State{}, two)
+	if err != nil || cur.Subnets.String() != "w1=10.200.0.0/24, w2=10.200.1.0/24" {
+		t.Fatalf("two workers: %v %v", cur, err)
+	}
+	one := parseInv(t, "{name: w1, address: 10.240.0.21}", "{name: w3, address: 10.240.0.23}")
+	next, err := Next(cur, one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next.Subnets.String(); got != "w1=10.200.0.0/24, w2=10.200.1.0/24, w3=10.200.2.0/24" {
+		t.Fatalf("w2 removed, w3 added: %s", got)
+	}
+	if r := next.Removed(one); !slices.Equal(r, []string{"w2"}) {
+		t.Fatalf("removed %v", r)
+	}
+	h := next.Hosts["w2"].InventoryHost("w2")
+	if h.Address != "10.240.0.22" || h.SSH == nil || h.SSH.Port != 2222 {
+		t.Fatalf("w2's host record: %+v", h)
+	}
+	freed := next.Without("w2")
+	if r := freed.Removed(one); len(r) != 0 || freed.Subnets.String() != "w1=10.200.0.0/24, w3=10.200.2.0/24" {
+		t.Fatalf("freed: %v %v", freed.Subnets, r)
+	}
+	if next.Subnets["w2"] != netip.MustParsePrefix("10.200.1.0/24") {
+		t.Fatal("Without changed its receiver")
+	}
+	// Back in the inventory: the lowest free subnet (its old one).
+	back, err := Next(freed, parseInv(t, "{name: w1, address: 10.240.0.21}", "{name: w3, address: 10.240.0.23}", "{name: w2, address: 10.240.0.22}"))
+	if err != nil || back.Subnets.String() != "w1=10.200.0.0/24, w2=10.200.1.0/24, w3=10.200.2.0/24" {
+		t.Fatalf("re-added: %v %v", back.Subnets, err)
+	}
+	// The file round-trips both sections.
+	path := filepath.Join(t.TempDir(), "pod-subnets.yaml")
+	if err := SaveState(path, next); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadState(path)
+	if err != nil || !got.Equal(next) {
+		b, _ := os.ReadFile(path)
+		t.Fatalf("round trip: %v\n%s", err, b)
 	}
 }
