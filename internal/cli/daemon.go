@@ -69,8 +69,9 @@ SIGTERM. SIGHUP reloads the inventory; an invalid one is refused and the
 previous one kept.
 
 With --repair, a host whose files drifted or whose units are not running is
-converged by the push, etcd and control-plane steps of 'hardway up', one
-host at a time. Certificates, RBAC and etcd membership are never touched.
+converged by the push, etcd, control-plane and workers steps of 'hardway up',
+one host at a time. Certificates, RBAC, Node objects and etcd membership are
+never touched (nor are workers removed from the inventory: that is 'up').
 The first repair that fails stops the round and pauses repairs for one
 --interval, doubling with each failure in a row (at most an hour), so a
 change that breaks one host is not carried to the next. An etcd member is

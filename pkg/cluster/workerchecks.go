@@ -48,17 +48,17 @@ func (c *Cluster) checkWorker(ctx context.Context, w inventory.Host) []verify.Re
 	comps := c.hostComponents(w.Name)
 	sn, err := c.unitSnapshot(ctx, sh, comps, nil)
 	if err != nil {
-		return append(out, res("worker/units", verify.Failf(w.Name, timeoutHint(err), "%v", err)))
+		return append(out, res(CheckWorkerUnits, verify.Failf(w.Name, timeoutHint(err), "%v", err)))
 	}
 	for _, comp := range comps {
 		st := sn.Units[comp]
 		switch {
 		case !st.Active:
-			out = append(out, res("worker/units", verify.Failf(w.Name, fmt.Sprintf("see 'journalctl -u %s' on %s; 'hardway up' starts it", comp, w.Name), "%s is not active", comp)))
+			out = append(out, res(CheckWorkerUnits, verify.Failf(w.Name, fmt.Sprintf("see 'journalctl -u %s' on %s; 'hardway up' starts it", comp, w.Name), "%s is not active", comp)))
 		case !st.Enabled:
-			out = append(out, res("worker/units", verify.Failf(w.Name, "'hardway up' enables it, so it comes back after a reboot", "%s is running but not enabled", comp)))
+			out = append(out, res(CheckWorkerUnits, verify.Failf(w.Name, "'hardway up' enables it, so it comes back after a reboot", "%s is running but not enabled", comp)))
 		default:
-			out = append(out, res("worker/units", verify.OKf(w.Name, "%s enabled and active since %s", comp, st.ActiveEnter)))
+			out = append(out, res(CheckWorkerUnits, verify.OKf(w.Name, "%s enabled and active since %s", comp, st.ActiveEnter)))
 		}
 	}
 

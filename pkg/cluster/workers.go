@@ -23,13 +23,22 @@ import (
 	"github.com/hardway/hardway/pkg/usererr"
 )
 
+// StepWorkers is the name of the workers step (--only, --skip, the daemon's
+// repairs).
+const StepWorkers = "workers"
+
+// CheckWorkerUnits is verify's check of a worker's services (the daemon
+// repairs a worker that fails it).
+const CheckWorkerUnits = "worker/units"
+
 // WorkersStep is `hardway up`'s step for the hosts in workers: (and the pod
 // routes on every host).
 func (c *Cluster) WorkersStep() plan.Step {
-	return plan.Step{Name: "workers",
+	return plan.Step{Name: StepWorkers,
 		Doc: "on every host in workers: containerd, the image tarballs it lacks (compared by image ID), the Node registered with its pod subnet, " +
 			"kubelet, kube-proxy and the pod routes (also on the control-plane hosts); new workers start together, running ones restart one at a time; " +
-			"each Node is waited for until Ready, and a timeout says why (runtime down, CNI config missing, certificate refused)",
+			"each Node is waited for until Ready, and a timeout says why (runtime down, CNI config missing, certificate refused); "+
+			"a worker removed from the inventory is drained, stopped (kubelet, kube-proxy, its pods and pod network), its Node deleted, its routes removed everywhere and its pod subnet freed",
 		Plan: c.planWorkers}
 }
 

@@ -348,7 +348,7 @@ func (d *Daemon) notify(state string) {
 }
 
 // repairChecks are the failures a push and a restart can fix.
-var repairChecks = map[string]bool{cluster.CheckHostFiles: true, cluster.CheckHostBinaries: true, cluster.CheckHostUnits: true}
+var repairChecks = map[string]bool{cluster.CheckHostFiles: true, cluster.CheckHostBinaries: true, cluster.CheckHostUnits: true, cluster.CheckWorkerUnits: true}
 
 // RepairHosts are the hosts with a failure that `up` fixes, in check order.
 func RepairHosts(es []Entry) []string {

@@ -3,10 +3,12 @@ package daemon
 import (
 	"context"
 	"errors"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/hardway/hardway/pkg/cluster"
 	"github.com/hardway/hardway/pkg/plan"
 	"github.com/hardway/hardway/pkg/verify"
 )
@@ -88,6 +90,9 @@ func TestRepairHosts(t *testing.T) {
 		{"drift and a stopped unit, in check order, once per host", []verify.Result{
 			fail("host/files", "c3", "drifted", ""), fail("host/units", "c1", "etcd is not active", ""), fail("host/binaries", "c3", "differ", ""),
 		}, []string{"c3", "c1"}},
+		{"a worker's stopped service", []verify.Result{
+			fail("worker/units", "worker-2", "kubelet is not active", ""), pass("worker/units", "worker-1"),
+		}, []string{"worker-2"}},
 		{"what up cannot fix is left alone", []verify.Result{
 			fail("host/ssh", "c1", "refused", ""), fail("etcd/health", "c2", "down", ""), fail("pki", "", "expired", ""),
 		}, nil},
@@ -129,5 +134,37 @@ func TestForHostKeepsOneHostsActions(t *testing.T) {
 	want := []string{"push: c2 write b", "push: c2 write c", "etcd: c2 etcd: start", "etcd: c2 etcd: bounce", "etcd:  wait for etcd quorum and check members", "control-plane: error boom"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A drifted or stopped worker is repaired: the workers step (its units and
+// the wait for its Node) runs in a repair like push, etcd and control-plane;
+// what it does through the API or to membership (registering a Node,
+// removing a worker) never does.
+func TestRepairRunsTheWorkersStep(t *testing.T) {
+	var ran []string
+	var steps []plan.Step
+	for _, s := range cluster.StepDocs() {
+		name := s.Name
+		record := func(what string) func(context.Context) error {
+			return func(context.Context) error { ran = append(ran, name+": "+what); return nil }
+		}
+		s.Plan = func(context.Context, plan.Planned) ([]plan.Action, error) {
+			return []plan.Action{
+				{Host: "worker-1", Kind: plan.Start, Desc: "kubelet: start", Do: record("start")},
+				{Host: "worker-1", Kind: plan.Apply, Desc: "register Node worker-1", Do: record("apply")},
+				{Kind: plan.Membership, Desc: "delete Node worker-3", Do: record("membership")},
+				{Host: "worker-2", Kind: plan.Start, Desc: "kubelet: start", Do: record("other host")},
+			}, nil
+		}
+		steps = append(steps, s)
+	}
+	r := &plan.Runner{Out: io.Discard, Only: RepairSteps}
+	if _, err := r.Run(context.Background(), ForHost(steps, "worker-1")); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"fetch: start", "render: start", "push: start", "etcd: start", "control-plane: start", "workers: start"}
+	if strings.Join(ran, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("a repair of worker-1 ran %v, want %v", ran, want)
 	}
 }

@@ -17,9 +17,11 @@ import (
 )
 
 // RepairSteps are the steps of `hardway up` a repair runs: what re-pushes
-// files and (re)starts units. Never preflight, pki or rbac: a daemon does
-// not reissue certificates or touch the API behind the user's back.
-var RepairSteps = []string{cluster.StepFetch, cluster.StepRender, cluster.StepPush, cluster.StepEtcd, cluster.StepControlPlane}
+// files and (re)starts units, on control-plane hosts and workers. Never
+// preflight, pki or rbac: a daemon does not reissue certificates or touch
+// the API behind the user's back (the workers step's Node registrations and
+// removals are API writes and membership changes: repairKinds drops them).
+var RepairSteps = []string{cluster.StepFetch, cluster.StepRender, cluster.StepPush, cluster.StepEtcd, cluster.StepControlPlane, cluster.StepWorkers}
 
 // repairKinds are the only kinds of action a repair takes: files, starts,
 // restarts and the waits between them. Never a membership change (adding or

@@ -306,6 +306,7 @@ func TestWorkers(t *testing.T) {
 
 	// Last: they change the cluster (and put it back).
 	e.diagnosisScenarios(t)
+	e.churnScenarios(t)
 }
 
 // The seeds' bring-your-own-CNI failures, diagnosed on the live cluster
