@@ -37,7 +37,7 @@ func (c *Cluster) WorkersStep() plan.Step {
 	return plan.Step{Name: StepWorkers,
 		Doc: "on every host in workers: containerd, the image tarballs it lacks (compared by image ID), the Node registered with its pod subnet, " +
 			"kubelet, kube-proxy and the pod routes (also on the control-plane hosts); new workers start together, running ones restart one at a time; " +
-			"each Node is waited for until Ready, and a timeout says why (runtime down, CNI config missing, certificate refused); "+
+			"each Node is waited for until Ready, and a timeout says why (runtime down, CNI config missing, certificate refused); " +
 			"a worker removed from the inventory is drained, stopped (kubelet, kube-proxy, its pods and pod network), its Node deleted, its routes removed everywhere and its pod subnet freed",
 		Plan: c.planWorkers}
 }
