@@ -15,6 +15,7 @@ import (
 	"github.com/hardway/hardway/pkg/kube"
 	"github.com/hardway/hardway/pkg/podnet"
 	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/units"
 	"github.com/hardway/hardway/pkg/verify"
 )
 
@@ -166,8 +167,9 @@ func cniSubnets(conf []byte) ([]string, error) {
 	return out, nil
 }
 
-// route is one line of 'ip -4 route show': destination and gateway.
-type route struct{ Dst, Via string }
+// route is one line of 'ip -4 route show': destination, gateway and the
+// protocol that added it ("70": hardway's pod routes).
+type route struct{ Dst, Via, Proto string }
 
 func parseRoutes(out string) []route {
 	var rs []route
@@ -179,6 +181,9 @@ func parseRoutes(out string) []route {
 		r := route{Dst: f[0]}
 		if i := slices.Index(f, "via"); i >= 0 && i+1 < len(f) {
 			r.Via = f[i+1]
+		}
+		if i := slices.Index(f, "proto"); i >= 0 && i+1 < len(f) {
+			r.Proto = f[i+1]
 		}
 		rs = append(rs, r)
 	}
@@ -194,11 +199,29 @@ func (c *Cluster) missingRoutes(host string, rs []route, subnets map[string]neti
 			continue
 		}
 		want := route{Dst: subnets[w.Name].String(), Via: w.IP()}
-		if !slices.Contains(rs, want) {
+		if !slices.ContainsFunc(rs, func(r route) bool { return r.Dst == want.Dst && r.Via == want.Via }) {
 			missing = append(missing, fmt.Sprintf("%s via %s (%s)", want.Dst, want.Via, w.Name))
 		}
 	}
 	return missing
+}
+
+// staleRoutes lists hardway's pod routes on host (proto 70) that no worker
+// of the inventory wants: left from a removed worker, or a moved one.
+func (c *Cluster) staleRoutes(host string, rs []route, subnets map[string]netip.Prefix) []string {
+	var stale []string
+	for _, r := range rs {
+		if r.Proto != units.PodRouteProto {
+			continue
+		}
+		wanted := slices.ContainsFunc(c.Inv.Workers, func(w inventory.Host) bool {
+			return w.Name != host && subnets[w.Name].String() == r.Dst && w.IP() == r.Via
+		})
+		if !wanted {
+			stale = append(stale, fmt.Sprintf("%s via %s", r.Dst, r.Via))
+		}
+	}
+	return stale
 }
 
 func (c *Cluster) checkRoutes(ctx context.Context) []verify.Result {
@@ -224,6 +247,11 @@ func (c *Cluster) checkRoutes(ctx context.Context) []verify.Result {
 		if miss := c.missingRoutes(h.Name, parseRoutes(string(o)), subnets); len(miss) > 0 {
 			r(verify.Failf(h.Name, fmt.Sprintf("'hardway up' starts %s.service, which adds them (and again at boot); see 'journalctl -u %s' on %s", PodRoutes, PodRoutes, h.Name),
 				"no route to %s", strings.Join(miss, ", ")))
+			return nil
+		}
+		if stale := c.staleRoutes(h.Name, parseRoutes(string(o)), subnets); len(stale) > 0 {
+			r(verify.Failf(h.Name, fmt.Sprintf("'hardway up' restarts %s.service, which flushes hardway's routes and adds only the current ones (by hand: ip route del ROUTE on %s)", PodRoutes, h.Name),
+				"route to no worker of the inventory (a removed worker's?): %s", strings.Join(stale, ", ")))
 			return nil
 		}
 		r(verify.OKf(h.Name, "routes to the pod subnets of %d other worker(s)", len(c.Inv.Workers)-btoi(c.isWorker(h.Name))))

@@ -98,6 +98,14 @@ func TestMissingRoutes(t *testing.T) {
 	if miss := c.missingRoutes("controller-1", parseRoutes(out), subnets); len(miss) != 2 {
 		t.Fatalf("control plane: %v", miss)
 	}
+	// hardway's routes (proto 70) that no worker wants: a removed worker's.
+	out70 := `10.200.1.0/24 via 10.240.0.22 dev eth0 proto 70
+10.200.2.0/24 via 10.240.0.23 dev eth0 proto 70
+10.200.7.0/24 via 10.240.0.27 dev eth0 proto 70
+10.200.9.0/24 via 10.240.0.29 dev eth0 proto static`
+	if stale := c.staleRoutes("worker-1", parseRoutes(out70), subnets); !slices.Equal(stale, []string{"10.200.7.0/24 via 10.240.0.27"}) {
+		t.Fatalf("stale %v", stale)
+	}
 }
 
 func TestWorkerFactProblems(t *testing.T) {

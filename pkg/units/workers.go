@@ -39,6 +39,9 @@ const (
 	// ('ip route show proto 70'), so stopping the unit removes exactly
 	// them. 70 is not reserved in iproute2's rt_protos.
 	podRouteProto = "70"
+	// PodRouteProto is podRouteProto for verify, which names hardway's
+	// routes that no worker wants any more.
+	PodRouteProto = podRouteProto
 	// ipCommand is iproute2's ip: /sbin/ip on Debian, Ubuntu, Fedora and
 	// Arch alike (a link into /usr where /sbin is merged).
 	ipCommand = "/sbin/ip"
