@@ -72,9 +72,13 @@ func Drain(ctx context.Context, cs kubernetes.Interface, name string, timeout ti
 		ready, _ := NodeReady(node)
 		var left []string
 		for _, p := range pods.Items {
-			if stays(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			if stays(p) {
 				continue
 			}
+			// A pod being deleted is gone when its object is: its kubelet
+			// removes it after the containers stopped and the volumes were
+			// cleaned (a terminal phase comes before that; stopping the
+			// kubelet in between would leave the object behind).
 			if p.DeletionTimestamp != nil {
 				if ready {
 					left = append(left, p.Namespace+"/"+p.Name)
@@ -101,10 +105,24 @@ func Drain(ctx context.Context, cs kubernetes.Interface, name string, timeout ti
 	}
 }
 
-// DeleteNode deletes the Node; one that does not exist is no error.
+// DeleteNode deletes the Node, then the pods still bound to it (its
+// DaemonSet pods, any pod its stopped kubelet never finished), with no grace
+// period: no kubelet will ever stop them, and the pod garbage collector
+// would only do the same after its quarantine. A Node that does not exist is
+// no error.
 func DeleteNode(ctx context.Context, cs kubernetes.Interface, name string) error {
 	if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete Node %s: %w", name, err)
+	}
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+	if err != nil {
+		return fmt.Errorf("pods on %s: %w", name, err)
+	}
+	zero := int64(0)
+	for _, p := range pods.Items {
+		if err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete pod %s/%s of the deleted Node %s: %w", p.Namespace, p.Name, name, err)
+		}
 	}
 	return nil
 }

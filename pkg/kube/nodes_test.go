@@ -251,6 +251,11 @@ func TestStaleNodesAndDrain(t *testing.T) {
 	if n, _ := GetNode(ctx, cs, "worker-3"); n != nil {
 		t.Fatal("node not deleted")
 	}
+	// Its DaemonSet pod, which no kubelet will stop, went with it; the
+	// pod on another node stays.
+	if l, _ := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); len(l.Items) != 1 || l.Items[0].Name != "elsewhere" {
+		t.Fatalf("pods after the Node's deletion: %v", l.Items)
+	}
 	// Gone already: nothing to do.
 	if err := Drain(ctx, cs, "worker-3", time.Second); err != nil {
 		t.Fatal(err)
