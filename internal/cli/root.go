@@ -114,6 +114,8 @@ Start with:
 		a.newDaemonCmd(),
 		a.newStateCmd(),
 		a.newEtcdCmd(),
+		a.newBackupCmd(),
+		a.newRestoreCmd(),
 	} {
 		root.AddCommand(c)
 	}

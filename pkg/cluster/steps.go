@@ -45,8 +45,11 @@ func StepDocs() []plan.Step {
 }
 
 // Steps are the steps of `hardway up`, in order.
-func (c *Cluster) Steps() []plan.Step {
-	return c.guarded([]plan.Step{
+func (c *Cluster) Steps() []plan.Step { return c.guarded(c.upSteps()) }
+
+// upSteps are the steps of `hardway up`, before guarded wraps them.
+func (c *Cluster) upSteps() []plan.Step {
+	return []plan.Step{
 		{Name: StepPreflight, Doc: "SSH with verified host keys; Linux, systemd, arch, clock skew, ports, free disk and the etcd disk's fsync latency", Plan: c.planPreflight},
 		{Name: StepIdentity, Doc: "the hosts' CAs, service-account key and encryption key match the state directory (reads only)", Plan: c.planIdentity},
 		{Name: StepPKI, Doc: "CA, certificates, service-account key, encryption config, kubeconfigs (reused when valid)", Plan: c.planPKI},
@@ -57,7 +60,7 @@ func (c *Cluster) Steps() []plan.Step {
 		{Name: StepControlPlane, Doc: "kube-apiserver, kube-controller-manager, kube-scheduler, host by host, waiting for /readyz or /healthz before the next", Plan: c.planControlPlane},
 		{Name: StepRBAC, Doc: "the RBAC that lets the apiserver reach kubelets (server-side apply)", Plan: c.planRBAC},
 		c.WorkersStep(),
-	})
+	}
 }
 
 // --- pki ---------------------------------------------------------------

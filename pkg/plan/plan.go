@@ -54,6 +54,12 @@ const (
 	// Maintenance compacts or defragments etcd or moves its leadership:
 	// no object changes, but a member is busy while it runs.
 	Maintenance Kind = "maintenance"
+	// Stop stops a running service and leaves it stopped (restore stops
+	// the control plane before it replaces etcd's data).
+	Stop Kind = "stop"
+	// Restore replaces an etcd member's data with a snapshot; the old data
+	// is moved aside, never deleted.
+	Restore Kind = "restore"
 )
 
 // Action is one change a step makes.
