@@ -33,6 +33,7 @@ type env struct {
 	cacheDir string
 	res      *lab.Result
 	mirror   string
+	lab      *lab.Lab // to replace the hosts (backupScenarios)
 }
 
 func setup(t *testing.T, prefix, net string) *env {
@@ -45,15 +46,15 @@ func setup(t *testing.T, prefix, net string) *env {
 		}
 	}
 	dir := t.TempDir()
-	_, res := labtest.Start(t, lab.Config{Dir: dir, Prefix: prefix, Net: net, Mirror: mirror})
-	return &env{t: t, inv: res.Inventory, cacheDir: filepath.Join(dir, "cache"), res: res, mirror: mirror}
+	l, res := labtest.Start(t, lab.Config{Dir: dir, Prefix: prefix, Net: net, Mirror: mirror})
+	return &env{t: t, inv: res.Inventory, cacheDir: filepath.Join(dir, "cache"), res: res, mirror: mirror, lab: l}
 }
 
 // hardway runs the CLI in-process and returns exit code, stdout, stderr.
 func (e *env) hardway(args ...string) (int, string, string) {
 	e.t.Helper()
 	args = append(args, "-i", e.inv)
-	if args[0] == "up" || args[0] == "verify" {
+	if args[0] == "up" || args[0] == "verify" || args[0] == "restore" {
 		args = append(args, "--cache-dir", e.cacheDir)
 	}
 	var out, errb bytes.Buffer
@@ -461,6 +462,9 @@ systemctl restart ssh`
 			time.Sleep(3 * time.Second)
 		}
 	})
+
+	// Last: it takes the lab's hosts down and restores onto new ones.
+	e.backupScenarios(t)
 }
 
 // etcdctl runs etcdctl on controller-1 with the apiserver's client certificate.
