@@ -72,13 +72,17 @@ func (c *Cluster) RestoreSteps(o RestoreOptions) []plan.Step {
 		case StepIdentity:
 			out = append(out,
 				plan.Step{Name: StepRestoreCheck, Doc: "no member's etcd data dir holds data, unless --replace-etcd-data (reads only)",
-					Plan: func(ctx context.Context, _ plan.Planned) ([]plan.Action, error) { return nil, c.checkRestoreData(ctx, o) }},
+					Plan: func(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
+						return nil, c.checkRestoreData(ctx, o)
+					}},
 				plan.Step{Name: StepRestoreState, Doc: "the backup's state directory (CAs, keys, encryption keys, kubeconfigs) written here",
 					Plan: func(ctx context.Context, _ plan.Planned) ([]plan.Action, error) { return c.planRestoreState(o) }},
 				s)
 		case StepEtcd:
 			out = append(out, plan.Step{Name: StepRestoreEtcd, Doc: "stop every apiserver, controller-manager and scheduler, then etcd; restore every member from the snapshot (etcdutl); old data moved aside",
-				Plan: func(ctx context.Context, _ plan.Planned) ([]plan.Action, error) { return c.planRestoreEtcd(ctx, o, stamp) }}, s)
+				Plan: func(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
+					return c.planRestoreEtcd(ctx, o, stamp)
+				}}, s)
 		default:
 			out = append(out, s)
 		}

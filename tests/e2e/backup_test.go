@@ -217,12 +217,12 @@ func (e *env) backupScenarios(t *testing.T) {
 				t.Fatalf("ssh-keygen -R: %v %s", err, out)
 			}
 		}
-		code, out, errs := e.hardway("restore", "--from", file)
+		code, _, errs = e.hardway("restore", "--from", file)
 		if code == 0 || !strings.Contains(errs, "--accept-new-host-keys") {
 			t.Fatalf("restore onto unknown hosts without --accept-new-host-keys: exit %d\n%s", code, errs)
 		}
 		start = time.Now()
-		code, out, errs = e.hardway("restore", "--from", file, "--accept-new-host-keys")
+		code, out, errs := e.hardway("restore", "--from", file, "--accept-new-host-keys")
 		if code != 0 {
 			t.Fatalf("restore: exit %d\n%s\n%s", code, out, errs)
 		}
