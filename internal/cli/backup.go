@@ -304,6 +304,11 @@ func (a *App) runRestore(cmd *cobra.Command, o restoreOptions) error {
 		return runlog.WithPath(err, lg)
 	}
 	result := restoreResult{Backup: m, Steps: res}
+	for _, s := range res.Steps {
+		if !s.Skipped {
+			fmt.Fprintf(out, "  %-14s %d change(s)  %s\n", s.Name, len(s.Actions), s.Duration.Round(time.Millisecond))
+		}
+	}
 	if o.dryRun {
 		fmt.Fprintf(out, "%d changes planned; run without --dry-run to restore\n", res.Changes())
 		lg.End(nil)
