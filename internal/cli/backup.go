@@ -156,6 +156,7 @@ reads it back.`,
 			return nil
 		},
 	}
+	cmd.AddCommand(a.newBackupVerifyCmd())
 	f := cmd.Flags()
 	f.StringVar(&dir, "dir", "", "directory for the backup files (default: backups/ next to the inventory)")
 	f.IntVar(&keep, "keep", 0, "keep only the newest N backups of this cluster in --dir (0: keep all)")
@@ -164,6 +165,47 @@ reads it back.`,
 	f.StringSliceVar(&k.recipientFiles, "recipients-file", nil, "encrypt to the age public keys in FILE, one a line")
 	f.BoolVar(&unencrypted, "unencrypted", false, "write a plain .tar.gz (it holds every key of the cluster)")
 	f.StringVarP(&output, "output", "o", "text", "text, or json: the result as JSON on stdout (progress goes to stderr)")
+	return cmd
+}
+
+func (a *App) newBackupVerifyCmd() *cobra.Command {
+	var k keyFlags
+	var output string
+	cmd := &cobra.Command{
+		Use:   "verify FILE",
+		Short: "Check a backup file completely without restoring it",
+		Long: `verify decrypts FILE and checks all of it, as restore does before it touches
+a host: age's authentication of every chunk, gzip's CRC, every entry against
+the manifest's size and sha256, and the etcd snapshot against its own sha256
+trailer. It needs no inventory and connects to nothing; what it extracts to
+check goes to a private temporary directory and is removed.`,
+		Example: `  HARDWAY_BACKUP_PASSPHRASE=… hardway backup verify backups/hardway-backup-lab-20261130T221500Z.tar.gz.age`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutputFlag(output); err != nil {
+				return err
+			}
+			ids, err := k.keys(a).DecryptWith()
+			if err != nil {
+				return err
+			}
+			m, err := backup.Verify(args[0], ids, "")
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(a.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(m)
+			}
+			fmt.Fprintf(a.Stdout, "%s: whole\n  cluster %q, taken %s by hardway %s\n  etcd snapshot from %s (etcd %s): %d bytes, sha256 %s\n  %d files\n",
+				args[0], m.Cluster, m.Created.Format(time.RFC3339), m.HardwayVersion, m.Snapshot.Member, m.Snapshot.EtcdVersion, m.Snapshot.Size, m.Snapshot.SHA256, len(m.Files))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&k.passphraseFile, "passphrase-file", "", "read the passphrase from the first line of FILE (or set "+backup.PassphraseEnv+")")
+	cmd.Flags().StringSliceVar(&k.identityFiles, "identity", nil, "age identity file for a backup made with --recipient")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, or json: the manifest")
 	return cmd
 }
 
