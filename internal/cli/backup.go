@@ -120,6 +120,10 @@ reads it back.`,
 				if err != nil {
 					return err
 				}
+				if len(r) == 0 { // before the lock or any connection
+					return usererr.WithCode(errors.New("backup: no passphrase or recipient: the file holds every key of the cluster"), usererr.CodeUsage,
+						"set "+backup.PassphraseEnv+", or --passphrase-file FILE, or --recipient age1…; --unencrypted only if the file is kept somewhere safe")
+				}
 				rs = r
 			} else if k.passphraseFile != "" || len(k.recipients) > 0 || len(k.recipientFiles) > 0 {
 				return usererr.WithCode(errors.New("--unencrypted with a passphrase or recipients"), usererr.CodeUsage, "choose one")
