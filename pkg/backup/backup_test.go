@@ -323,6 +323,12 @@ func TestDamagedBackupsAreRefused(t *testing.T) {
 			if c.want != nil && !errors.Is(err, c.want) {
 				t.Errorf("got %v, want %v", err, c.want)
 			}
+			if strings.Contains(c.name, "truncated") && !strings.Contains(err.Error(), "truncated") {
+				t.Errorf("a truncated file is not called truncated: %v", err)
+			}
+			if c.name == "flipped byte at "+strconv.Itoa(len(good)/2) && !strings.Contains(err.Error(), "(a changed byte)") {
+				t.Errorf("a flipped byte is not called a changed byte: %v", err)
+			}
 			if !errors.Is(err, ErrDamaged) && !errors.Is(err, ErrWrongKey) && !errors.Is(err, ErrNeedKey) && !errors.Is(err, ErrNotBackup) {
 				t.Errorf("unclassified error: %v", err)
 			}

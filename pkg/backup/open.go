@@ -59,7 +59,8 @@ func Open(path string, ids []age.Identity, tmpDir string) (*Archive, error) {
 		return nil, usererr.New(fmt.Errorf("backup: %w", err), "give the file 'hardway backup' wrote: --from FILE")
 	}
 	defer f.Close()
-	br := bufio.NewReader(f)
+	src := &eofReader{r: f}
+	br := bufio.NewReader(src)
 	head, _ := br.Peek(64)
 	var r io.Reader = br
 	encrypted := true
@@ -85,7 +86,7 @@ func Open(path string, ids []age.Identity, tmpDir string) (*Archive, error) {
 				return nil, usererr.New(fmt.Errorf("%s: %w: %v", path, ErrWrongKey, err),
 					"give the passphrase used when the backup was made, or --identity with the key of one of its recipients; nothing was changed")
 			}
-			return nil, damaged(path, err)
+			return nil, damaged(path, err, src.eof)
 		}
 		r = dr
 	}
@@ -99,17 +100,36 @@ func Open(path string, ids []age.Identity, tmpDir string) (*Archive, error) {
 		if errors.As(err, &ue) {
 			return nil, err
 		}
-		return nil, damaged(path, err)
+		return nil, damaged(path, err, src.eof)
 	}
 	return a, nil
 }
 
-func damaged(path string, err error) error {
+// eofReader remembers whether the file was read to its end: a chunk that
+// fails to authenticate there is most likely a cut-off file.
+type eofReader struct {
+	r   io.Reader
+	eof bool
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		e.eof = true
+	}
+	return n, err
+}
+
+// damaged names what is wrong as well as it can be told: age cannot tell a
+// cut-off last chunk from a changed one.
+func damaged(path string, err error, atEOF bool) error {
 	msg := err.Error()
 	what := ""
 	switch {
 	case errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(msg, "unexpected EOF") || strings.Contains(msg, "last chunk"):
 		what = " (truncated)"
+	case strings.Contains(msg, "authenticate") && atEOF:
+		what = " (truncated, or a changed byte near its end)"
 	case strings.Contains(msg, "authenticate") || strings.Contains(msg, "checksum") || strings.Contains(msg, "header MAC"):
 		what = " (a changed byte)"
 	}

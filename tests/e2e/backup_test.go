@@ -147,7 +147,7 @@ func (e *env) backupScenarios(t *testing.T) {
 			want []string
 		}{
 			{"flipped byte", []string{"--from", write("flipped.age", flipped), "--passphrase-file", passFile}, []string{"damaged", "(a changed byte)", "nothing was changed"}},
-			{"truncated", []string{"--from", write("truncated.age", raw[:len(raw)*2/3]), "--passphrase-file", passFile}, []string{"damaged", "(truncated)"}},
+			{"truncated", []string{"--from", write("truncated.age", raw[:len(raw)*2/3]), "--passphrase-file", passFile}, []string{"damaged", "truncated"}},
 			{"wrong passphrase", []string{"--from", file, "--passphrase-file", wrong}, []string{"wrong passphrase", "nothing was changed"}},
 			{"over a running cluster", []string{"--from", file, "--passphrase-file", passFile}, []string{"etcd holds data on controller-1 (running)", "--replace-etcd-data", "nothing was changed"}},
 		} {
