@@ -9,7 +9,14 @@
 // (a flipped byte, a truncation, a wrong passphrase all fail there), gzip
 // has its CRC, each entry its sha256, and the snapshot etcd's own sha256
 // trailer. `hardway backup`, `hardway restore` and the daemon's scheduled
-// backups all go through Create and Open.
+// backups all go through Create and Open:
+//
+//	rs, err := backup.Keys{PassphraseFile: f}.EncryptTo()     // or Recipients: age1…
+//	res, err := backup.Create(ctx, backup.Options{
+//		Source: c, // a *cluster.Cluster: the leader's snapshot through SSH
+//		Inventory: inv, State: st, Dir: dir, Keep: 7, Recipients: rs,
+//	})                                                         // res.Path, .Size, .Duration, .Snapshot.SHA256
+//	m, err := backup.Verify(res.Path, ids, "")                 // ids from Keys.DecryptWith
 package backup
 
 import (

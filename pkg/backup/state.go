@@ -22,6 +22,17 @@ type StatePlan struct {
 	Conflicts []string // present locally with other content
 }
 
+// ConflictError names the local files that differ from the backup's; nil
+// when there are none.
+func (p *StatePlan) ConflictError(dir state.Dir) error {
+	if len(p.Conflicts) == 0 {
+		return nil
+	}
+	return usererr.New(fmt.Errorf("the state directory %s differs from the backup's in %d file(s): %s; nothing was written",
+		dir, len(p.Conflicts), strings.Join(p.Conflicts, ", ")),
+		"restore into an empty state directory (--state DIR), move these files away, or pass --force to replace them with the backup's")
+}
+
 // PlanState compares the backup's state files with dir; it only reads.
 func (a *Archive) PlanState(dir state.Dir) (*StatePlan, error) {
 	p := &StatePlan{}
@@ -60,10 +71,8 @@ func (a *Archive) WriteState(dir state.Dir, force bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(p.Conflicts) > 0 && !force {
-		return nil, usererr.New(fmt.Errorf("the state directory %s differs from the backup's in %d file(s): %s; nothing was written",
-			dir, len(p.Conflicts), strings.Join(p.Conflicts, ", ")),
-			"restore into an empty state directory (--state DIR), move these files away, or pass --force to replace them with the backup's")
+	if err := p.ConflictError(dir); err != nil && !force {
+		return nil, err
 	}
 	todo := append(append([]string{}, p.Write...), p.Conflicts...)
 	sort.Strings(todo)

@@ -123,8 +123,7 @@ func (c *Cluster) planRestoreState(o RestoreOptions) ([]plan.Action, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(p.Conflicts) > 0 && !o.ForceState {
-		_, err := o.Archive.WriteState(c.opt.State, false) // the error naming the files
+	if err := p.ConflictError(c.opt.State); err != nil && !o.ForceState {
 		return nil, err
 	}
 	n := len(p.Write) + len(p.Conflicts)
