@@ -95,7 +95,7 @@ func (e *env) backupScenarios(t *testing.T) {
 		if !bytes.HasPrefix(raw, []byte("age-encryption.org/v1\n")) || bytes.Contains(raw, []byte("PRIVATE KEY")) {
 			t.Error("the backup is not age-encrypted")
 		}
-		if !first.Encrypted || first.Size <= 0 || first.Snapshot.Size < 1<<20 || !strings.HasPrefix(first.Snapshot.Member, "controller-") {
+		if !first.Encrypted || first.Size <= 0 || first.Snapshot.Size < 64<<10 || !strings.HasPrefix(first.Snapshot.Member, "controller-") {
 			t.Errorf("result %+v", first)
 		}
 		for _, s := range []string{out, errs, out2, errs2} {
@@ -146,7 +146,7 @@ func (e *env) backupScenarios(t *testing.T) {
 			args []string
 			want []string
 		}{
-			{"flipped byte", []string{"--from", write("flipped.age", flipped), "--passphrase-file", passFile}, []string{"damaged", "(a changed byte)", "nothing was changed"}},
+			{"flipped byte", []string{"--from", write("flipped.age", flipped), "--passphrase-file", passFile}, []string{"damaged", "changed byte", "nothing was changed"}},
 			{"truncated", []string{"--from", write("truncated.age", raw[:len(raw)*2/3]), "--passphrase-file", passFile}, []string{"damaged", "truncated"}},
 			{"wrong passphrase", []string{"--from", file, "--passphrase-file", wrong}, []string{"wrong passphrase", "nothing was changed"}},
 			{"over a running cluster", []string{"--from", file, "--passphrase-file", passFile}, []string{"etcd holds data on controller-1 (running)", "--replace-etcd-data", "nothing was changed"}},
@@ -177,6 +177,7 @@ func (e *env) backupScenarios(t *testing.T) {
 
 	t.Run("restore onto new hosts: objects back, Secret encrypted, verify passes, the old kubeconfig works", func(t *testing.T) {
 		e.t = t
+		t.Setenv("HARDWAY_BACKUP_PASSPHRASE", pass) // as a script would give it
 		inv, err := os.ReadFile(e.inv)
 		if err != nil {
 			t.Fatal(err)
