@@ -116,6 +116,7 @@ Start with:
 		a.newEtcdCmd(),
 		a.newBackupCmd(),
 		a.newRestoreCmd(),
+		a.newRotateCmd(),
 	} {
 		root.AddCommand(c)
 	}

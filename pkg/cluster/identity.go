@@ -186,6 +186,16 @@ func (c *Cluster) planIdentity(ctx context.Context, _ plan.Planned) ([]plan.Acti
 	if err := c.ensureRendered(ctx); err != nil {
 		return nil, err
 	}
+	// A retired key is never pushed back as the write key, and during an
+	// encryption-key rotation the state directory's config is what the
+	// rotation left there: pushing it repeats a step, never undoes one.
+	note, err := pki.CheckEncryptionState(c.opt.State)
+	if err != nil {
+		return nil, err
+	}
+	if note != "" {
+		c.logf("[%s] %s", StepIdentity, note)
+	}
 	var ms []*units.Manifest
 	for _, h := range c.Inv.Hosts() {
 		if m := c.manifests[h.Name]; m != nil {

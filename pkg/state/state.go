@@ -36,3 +36,13 @@ func (d Dir) LogDir() string { return filepath.Join(string(d), "logs") }
 // PodSubnets records the pod subnet of every worker (pkg/podnet): kept so
 // that removing a worker never renumbers another.
 func (d Dir) PodSubnets() string { return filepath.Join(string(d), "pod-subnets.yaml") }
+
+// EncryptionRotation records the progress of an encryption-key rotation
+// (`hardway rotate encryption-key`) while one is under way; it holds keys.
+func (d Dir) EncryptionRotation() string { return filepath.Join(string(d), "encryption-rotation.yaml") }
+
+// RetiredEncryptionKeys holds every key a rotation took off the hosts: an
+// etcd backup made before the rotation needs it to decrypt its Secrets.
+func (d Dir) RetiredEncryptionKeys() string {
+	return filepath.Join(string(d), "encryption-retired-keys.yaml")
+}
