@@ -288,7 +288,7 @@ func (r *Rotation) planConfigure(step int) func(context.Context, plan.Planned) (
 			return nil, err
 		}
 		var actions []plan.Action
-		if !recorded {
+		if !recorded && step == 1 {
 			actions = append(actions, plan.Action{Kind: plan.Reissue,
 				Desc: fmt.Sprintf("make the new key %s (32 bytes from crypto/rand) and record the rotation in %s", rot.NewKeyRef(), r.c.opt.State.EncryptionRotation()),
 				Do:   func(context.Context) error { return pki.SaveRotation(r.c.opt.State, r.preview, r.o.Now()) }})

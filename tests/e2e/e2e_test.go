@@ -435,6 +435,7 @@ systemctl restart ssh`
 	})
 
 	e.defragScenarios(t)
+	e.rotateScenarios(t)
 
 	t.Run("a host reboot brings every service back", func(t *testing.T) {
 		e.t = t

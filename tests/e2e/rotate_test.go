@@ -1,0 +1,361 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Issue 12 §3: `hardway rotate encryption-key` on a cluster that holds
+// Secrets, with an apiserver ready at every poll and etcd keeping quorum;
+// then a rotation killed after its step 2 and finished by the next run. It
+// leaves the cluster converged (secretbox, verify passing), on a newer key.
+
+// rotateSecrets is how many Secrets the scenario makes (bounded).
+const rotateSecrets = 6
+
+// availability polls, every 200 ms until stopped (at most 20 minutes), that
+// some apiserver answers /readyz and that etcd serves a linearizable read
+// (it has quorum). Each poll's outcome is counted.
+type availability struct {
+	stop             chan struct{}
+	wg               sync.WaitGroup
+	ok, noAPI, noQuo atomic.Int32
+}
+
+func (e *env) startAvailability() *availability {
+	a := &availability{stop: make(chan struct{})}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		deadline := time.Now().Add(20 * time.Minute)
+		for i := 0; time.Now().Before(deadline); i++ {
+			select {
+			case <-a.stop:
+				return
+			default:
+			}
+			ready := false
+			for _, h := range e.res.Hosts {
+				if out, err := e.ssh(h.Name, "curl -sk --max-time 2 https://127.0.0.1:6443/readyz"); err == nil && out == "ok" {
+					ready = true
+					break
+				}
+			}
+			host := e.res.Hosts[i%len(e.res.Hosts)].Name
+			_, qerr := e.ssh(host, "timeout 5 "+etcdctl+"--command-timeout=3s get --consistency=l --keys-only /registry/namespaces/default >/dev/null")
+			switch {
+			case !ready:
+				a.noAPI.Add(1)
+			case qerr != nil:
+				a.noQuo.Add(1)
+			default:
+				a.ok.Add(1)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	return a
+}
+
+// end stops the poller and fails t unless every poll saw both.
+func (a *availability) end(t *testing.T) {
+	t.Helper()
+	close(a.stop)
+	a.wg.Wait()
+	t.Logf("availability: %d polls ok, %d without a ready apiserver, %d without etcd quorum", a.ok.Load(), a.noAPI.Load(), a.noQuo.Load())
+	if a.noAPI.Load() > 0 || a.noQuo.Load() > 0 || a.ok.Load() < 10 {
+		t.Errorf("availability broke: %d polls ok, %d without a ready apiserver, %d without etcd quorum", a.ok.Load(), a.noAPI.Load(), a.noQuo.Load())
+	}
+}
+
+// withProvider sets encryption.provider in the inventory text.
+func withProvider(inv, provider string) string {
+	var out []string
+	skip := false
+	for _, l := range strings.Split(inv, "\n") {
+		if l == "encryption:" {
+			skip = true
+			continue
+		}
+		if skip && strings.HasPrefix(l, "  ") {
+			continue
+		}
+		skip = false
+		if l == "controlPlane:" {
+			out = append(out, "encryption:", "  provider: "+provider)
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
+}
+
+func (e *env) setProvider(t *testing.T, provider string) {
+	t.Helper()
+	src, err := os.ReadFile(e.inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.inv, []byte(withProvider(string(src), provider)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	kubectl := filepath.Join(e.mirror, "kubernetes/release/v1.36.3/bin/linux/amd64/kubectl")
+	kc := filepath.Join(filepath.Dir(e.inv), ".hardway/kubeconfigs/admin.kubeconfig")
+	out, err := exec.Command(kubectl, append([]string{"--kubeconfig", kc}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// rawSecretPrefixes reads every Secret's raw value straight from etcd on
+// controller-1 and returns, per key, the value's first five fields
+// ("k8s:enc:secretbox:v1:key2").
+func (e *env) rawSecretPrefixes(t *testing.T) map[string]string {
+	t.Helper()
+	out, err := e.ssh("controller-1", etcdctl+"get /registry/secrets/ --prefix -w json")
+	if err != nil {
+		t.Fatalf("etcdctl get: %v\n%s", err, out)
+	}
+	var resp struct {
+		Kvs []struct {
+			Key   string `json:"key"`
+			Value string `json:"value"`
+		} `json:"kvs"`
+	}
+	if err := json.Unmarshal([]byte(out), &resp); err != nil {
+		t.Fatalf("etcdctl json: %v", err)
+	}
+	m := map[string]string{}
+	for _, kv := range resp.Kvs {
+		k, _ := base64.StdEncoding.DecodeString(kv.Key)
+		v, _ := base64.StdEncoding.DecodeString(kv.Value)
+		parts := bytes.SplitN(v, []byte(":"), 6)
+		if len(parts) < 6 {
+			m[string(k)] = "not encrypted"
+			continue
+		}
+		m[string(k)] = string(bytes.Join(parts[:5], []byte(":")))
+	}
+	return m
+}
+
+// checkRotated proves the rotation to key from etcd, the hosts, the state
+// directory and the API.
+func (e *env) checkRotated(t *testing.T, key string, old []string) {
+	t.Helper()
+	raw := e.rawSecretPrefixes(t)
+	if len(raw) < rotateSecrets {
+		t.Errorf("only %d Secrets in etcd", len(raw))
+	}
+	for k, p := range raw {
+		if p != "k8s:enc:"+strings.Replace(key, "/", ":v1:", 1) {
+			t.Errorf("%s is stored as %s, not with %s", k, p, key)
+		}
+	}
+	name := key[strings.Index(key, "/")+1:]
+	for _, h := range e.res.Hosts {
+		out, err := e.ssh(h.Name, "grep -o 'name: key[0-9]*' /var/lib/kubernetes/encryption-config.yaml")
+		if err != nil || strings.TrimSpace(out) != "name: "+name {
+			t.Errorf("%s: encryption config keys: %v %q, want only %s", h.Name, err, out, name)
+		}
+	}
+	st := filepath.Join(filepath.Dir(e.inv), ".hardway")
+	if _, err := os.Stat(filepath.Join(st, "encryption-rotation.yaml")); err == nil {
+		t.Error("the progress file is still there after a complete rotation")
+	}
+	if got := e.retiredKeys(t); strings.Join(got, " ") != strings.Join(old, " ") {
+		t.Errorf("retired keys %v, want %v", got, old)
+	}
+	for i := range rotateSecrets {
+		v := e.kubectl(t, "get", "secret", fmt.Sprintf("hardway-rotate-%d", i), "-o", "jsonpath={.data.n}")
+		if want := base64.StdEncoding.EncodeToString(fmt.Appendf(nil, "value-%d", i)); v != want {
+			t.Errorf("Secret hardway-rotate-%d reads back %q, want %q", i, v, want)
+		}
+	}
+	if f := failures(e.verify()); len(f) > 0 {
+		t.Errorf("verify after the rotation:\n  %s", strings.Join(f, "\n  "))
+	}
+}
+
+// retiredKeys are the retired keys in the state directory ("secretbox/key1").
+func (e *env) retiredKeys(t *testing.T) []string {
+	t.Helper()
+	var retired struct {
+		Keys []struct{ Provider, Name string } `yaml:"keys"`
+	}
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(e.inv), ".hardway/encryption-retired-keys.yaml"))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil || yaml.Unmarshal(data, &retired) != nil {
+		t.Fatalf("retired keys: %v", err)
+	}
+	var out []string
+	for _, k := range retired.Keys {
+		out = append(out, k.Provider+"/"+k.Name)
+	}
+	return out
+}
+
+// ensureSecrets makes the scenario's Secrets (each subtest can run alone).
+func (e *env) ensureSecrets(t *testing.T) {
+	t.Helper()
+	for i := range rotateSecrets {
+		name := fmt.Sprintf("hardway-rotate-%d", i)
+		if strings.Contains(e.kubectl(t, "get", "secrets", "-o", "name"), "secret/"+name+"\n") {
+			continue
+		}
+		e.kubectl(t, "create", "secret", "generic", name, fmt.Sprintf("--from-literal=n=value-%d", i))
+	}
+}
+
+// checkResult checks a rotation's JSON result: a fresh key of provider,
+// and the keys it retired.
+func checkResult(t *testing.T, res rotateJSON, provider string, before []string) {
+	t.Helper()
+	name := func(ref string) string { return ref[strings.Index(ref, "/")+1:] }
+	fresh := strings.HasPrefix(res.Key, provider+"/key")
+	for _, k := range append(append([]string{}, before...), res.OldKeys...) {
+		fresh = fresh && name(k) != name(res.Key) // a key name is never used twice
+	}
+	if !res.Complete || !fresh || len(res.OldKeys) == 0 || res.SecretsChecked < rotateSecrets || res.SecretsRewritten < rotateSecrets {
+		t.Errorf("result: %+v (retired before: %v)", res, before)
+	}
+}
+
+type rotateJSON struct {
+	Key              string   `json:"key"`
+	OldKeys          []string `json:"oldKeys"`
+	ResumedAfter     int      `json:"resumedAfterStep"`
+	SecretsRewritten int      `json:"secretsRewritten"`
+	SecretsChecked   int      `json:"secretsChecked"`
+	Complete         bool     `json:"complete"`
+}
+
+func (e *env) rotateScenarios(t *testing.T) {
+	t.Run("encryption-key rotation to another provider with Secrets present: an apiserver ready at every poll, etcd keeps quorum", func(t *testing.T) {
+		e.t = t
+		e.ensureSecrets(t)
+		e.setProvider(t, "aescbc")
+		before := e.retiredKeys(t)
+		code, out, errs := e.hardway("rotate", "encryption-key", "--dry-run")
+		if code != 0 || !strings.Contains(out, "would controller-2: write /var/lib/kubernetes/encryption-config.yaml (aescbc/key") {
+			t.Fatalf("dry run: exit %d\n%s\n%s", code, out, errs)
+		}
+		if _, err := os.Stat(filepath.Join(filepath.Dir(e.inv), ".hardway/encryption-rotation.yaml")); err == nil {
+			t.Fatal("the dry run recorded a rotation")
+		}
+		since := e.activeSince()
+		a := e.startAvailability()
+		start := time.Now()
+		code, out, errs = e.hardway("rotate", "encryption-key", "-o", "json")
+		a.end(t)
+		t.Logf("rotation took %s\n%s", time.Since(start).Round(time.Second), errs)
+		if code != 0 {
+			t.Fatalf("rotate: exit %d\n%s\n%s", code, out, errs)
+		}
+		var res rotateJSON
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		checkResult(t, res, "aescbc", before)
+		// The apiservers reloaded the file by themselves: nothing restarted.
+		if after := e.activeSince(); fmt.Sprint(after) != fmt.Sprint(since) {
+			t.Logf("units restarted during the rotation (a fallback restart?):\nbefore %v\nafter  %v", since, after)
+		}
+		e.checkRotated(t, res.Key, append(before, res.OldKeys...))
+	})
+
+	t.Run("encryption-key rotation killed after step 2 is finished by the next run", func(t *testing.T) {
+		e.t = t
+		e.ensureSecrets(t)
+		e.setProvider(t, "secretbox")
+		before := e.retiredKeys(t)
+		bin := filepath.Join(t.TempDir(), "hardway")
+		if out, err := exec.Command("go", "build", "-o", bin, "github.com/hardway/hardway/cmd/hardway").CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+		progress := filepath.Join(filepath.Dir(e.inv), ".hardway/encryption-rotation.yaml")
+		a := e.startAvailability()
+		cmd := exec.Command(bin, "rotate", "encryption-key", "-i", e.inv)
+		var outb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &outb, &outb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		// Kill it (SIGKILL, by its PID) as soon as step 2 is recorded.
+		done := -1
+		deadline := time.Now().Add(6 * time.Minute)
+	wait:
+		for time.Now().Before(deadline) {
+			select {
+			case err := <-exited:
+				t.Fatalf("rotate ended before step 2 was recorded: %v\n%s", err, outb.String())
+			default:
+			}
+			var rec struct {
+				Done int `yaml:"done"`
+			}
+			if data, err := os.ReadFile(progress); err == nil && yaml.Unmarshal(data, &rec) == nil && rec.Done >= 2 {
+				if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				done = rec.Done
+				break wait
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if done < 0 {
+			syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+			t.Fatalf("step 2 was not recorded in time:\n%s", outb.String())
+		}
+		err := <-exited
+		t.Logf("killed after step %d was recorded (%v):\n%s", done, err, outb.String())
+		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("rotate was not killed: %v", err)
+		}
+		// Mid-rotation, up's guard accepts the state directory and says so.
+		code, out, errs := e.hardway("up", "--dry-run", "--only", "identity")
+		if code != 0 || !strings.Contains(out, "rotation to secretbox/key") {
+			t.Errorf("up mid-rotation: exit %d\n%s\n%s", code, out, errs)
+		}
+		code, out, errs = e.hardway("rotate", "encryption-key", "-o", "json")
+		a.end(t)
+		if code != 0 {
+			t.Fatalf("rotate after the kill: exit %d\n%s\n%s", code, out, errs)
+		}
+		t.Logf("second run:\n%s", errs)
+		var res rotateJSON
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		checkResult(t, res, "secretbox", before)
+		if res.ResumedAfter < 2 {
+			t.Errorf("the second run did not resume: %+v", res)
+		}
+		e.checkRotated(t, res.Key, append(before, res.OldKeys...))
+		if out := e.mustUp(); !strings.Contains(out, "no changes") {
+			t.Errorf("up after the rotation:\n%s", out)
+		}
+	})
+}
