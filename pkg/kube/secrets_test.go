@@ -98,7 +98,7 @@ func TestRewriteSecretsGivesUpOnEndlessConflicts(t *testing.T) {
 func TestRewriteSecretsFollowsPages(t *testing.T) {
 	cs := secretsClient(0)
 	pages := map[string]*corev1.SecretList{
-		"":  {ListMeta: metav1.ListMeta{Continue: "p2"}, Items: []corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "one"}}}},
+		"":   {ListMeta: metav1.ListMeta{Continue: "p2"}, Items: []corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "one"}}}},
 		"p2": {Items: []corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "two"}}, {ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "three"}}}},
 	}
 	var limits []int64
