@@ -335,7 +335,7 @@ func (c *Cluster) checkEncryption(ctx context.Context) []verify.Result {
 		return []verify.Result{verify.OKf("", "%s is stored as %s…", kube.ProbeKey(), want)}
 	case bytes.HasPrefix(raw, []byte("k8s:enc:")):
 		got := string(raw[:min(len(raw), 32)])
-		return []verify.Result{verify.Warnf("", "the first provider of the encryption config is not the inventory's; see 'hardway pki' notes on rotation", "encrypted, but as %q, not %s", got, want)}
+		return []verify.Result{verify.Warnf("", "the first provider of the encryption config is not the inventory's: 'hardway rotate encryption-key' moves every Secret to a new key of the inventory's provider", "encrypted, but as %q, not %s", got, want)}
 	default:
 		return []verify.Result{verify.Failf("", "the apiserver runs without --encryption-provider-config or with identity first: 'hardway up' renders and restarts it",
 			"secrets are stored in plain text in etcd")}

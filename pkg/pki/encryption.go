@@ -307,9 +307,8 @@ func ensureEncryptionConfig(inv *inventory.Inventory, dir state.Dir) (Result, er
 		}
 		res.Status = Reused
 		if p := c.Provider(); p != inv.Encryption.Provider {
-			res.Note = fmt.Sprintf("encrypts with %s, the inventory asks for %s: rotate by adding a %s key second, "+
-				"restarting every apiserver, moving it first, restarting again and rewriting all secrets", p,
-				inv.Encryption.Provider, inv.Encryption.Provider)
+			res.Note = fmt.Sprintf("encrypts with %s, the inventory asks for %s: 'hardway rotate encryption-key' "+
+				"moves every Secret to a new %s key without downtime", p, inv.Encryption.Provider, inv.Encryption.Provider)
 		}
 		return res, nil
 	} else if !os.IsNotExist(err) {
