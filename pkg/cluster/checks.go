@@ -50,7 +50,7 @@ func (c *Cluster) Checks() []verify.Check {
 		verify.Check{Name: "apiserver", Doc: "/livez and /readyz?verbose on every host", Run: c.checkAPIServers},
 		verify.Check{Name: "controllers", Doc: "controller-manager and scheduler /healthz on every host; their leader leases held", Run: c.checkControllers},
 		verify.Check{Name: "rbac", Doc: "apiserver-to-kubelet RBAC present, bound to the kubelet-client certificate's CN", Run: c.checkRBAC},
-		verify.Check{Name: "encryption", Doc: "a probe Secret is stored encrypted in etcd (k8s:enc:<provider>:v1:)", Run: c.checkEncryption},
+		verify.Check{Name: "encryption", Doc: "a probe Secret is stored encrypted in etcd (k8s:enc:<provider>:v1:)", Run: c.checkEncryptionAndRotation},
 		verify.Check{Name: "versions", Doc: "components within the version skew policy", Run: c.checkVersions},
 	)
 	checks = append(checks, c.WorkerChecks()...)

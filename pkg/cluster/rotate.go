@@ -18,6 +18,7 @@ import (
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/units"
 	"github.com/hardway/hardway/pkg/usererr"
+	"github.com/hardway/hardway/pkg/verify"
 )
 
 // `hardway rotate encryption-key`: the documented key rotation as seven
@@ -665,4 +666,19 @@ func (e clusterRotationEnv) scanSecrets(ctx context.Context, fn func(key string,
 		return errors.New("this etcd client cannot read ranges")
 	}
 	return sc.Scan(ctx, secretsPrefix, scanPage, fn)
+}
+
+// checkEncryptionAndRotation is verify's encryption check plus the state of
+// an encryption-key rotation: one left half done is a warning (the daemon
+// shows it), a state directory up would refuse is a failure.
+func (c *Cluster) checkEncryptionAndRotation(ctx context.Context) []verify.Result {
+	out := c.checkEncryption(ctx)
+	note, err := pki.CheckEncryptionState(c.opt.State)
+	switch {
+	case err != nil:
+		out = append(out, verify.Failf("", usererr.HintOf(err), "%v", err))
+	case note != "":
+		out = append(out, verify.Warnf("", "'hardway rotate encryption-key' finishes it", "%s", strings.TrimSuffix(note, "; 'hardway rotate encryption-key' finishes it")))
+	}
+	return out
 }
