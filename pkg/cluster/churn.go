@@ -178,8 +178,8 @@ const (
 // decommissionScript stops what hardway started on a removed worker: first
 // kubelet and kube-proxy (disabled, so a reboot does not bring them back),
 // proven stopped; then the pods left (DaemonSet and static ones), kube-proxy's
-// rules, the routes unit (it removes its routes and the egress rule), the
-// runtime, the bridge and the IPAM state — a host added back later starts
+// rules, every other worker service, the routes unit (it removes its routes
+// and the egress rule), the runtime, the bridge and the IPAM state — a host added back later starts
 // clean instead of failing on its old bridge address — and the node's
 // credentials, which the cluster still trusts.
 func decommissionScript() string {
@@ -191,7 +191,15 @@ func decommissionScript() string {
 	fmt.Fprintf(&b, "if systemctl is-active -q %s.service; then echo 'kubelet is still active' >&2; exit 1; fi\n", Kubelet)
 	fmt.Fprintf(&b, "if systemctl is-active -q %s.service; then %s rmp --all --force >/dev/null 2>&1 || true; fi\n", Containerd, crictlCmd)
 	fmt.Fprintf(&b, "if [ -x %s ]; then %s --cleanup >/dev/null 2>&1 || true; fi\n", units.BinPath(KubeProxy), units.BinPath(KubeProxy))
-	for _, u := range []string{PodRoutes, Containerd} {
+	// Every other service a worker runs (from the component table, so one
+	// added later goes too), then the routes and the runtime.
+	var rest []string
+	for _, u := range units.Names(units.Worker) {
+		if u != Kubelet && u != KubeProxy && u != Containerd {
+			rest = append(rest, u)
+		}
+	}
+	for _, u := range append(rest, PodRoutes, Containerd) {
 		fmt.Fprintf(&b, "systemctl disable --now %s.service >/dev/null 2>&1 || true\n", u)
 	}
 	fmt.Fprintf(&b, "ip link delete %s >/dev/null 2>&1 || true\n", cniBridgeName)
