@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -292,6 +293,13 @@ func (c *Cluster) checkNodes(ctx context.Context) []verify.Result {
 	var removed []string
 	if st, err := podnet.LoadState(c.opt.State.PodSubnets()); err == nil {
 		removed = st.Removed(c.Inv)
+		for _, name := range removed {
+			if !slices.ContainsFunc(nodes.Items, func(n corev1.Node) bool { return n.Name == name }) {
+				out = append(out, verify.Result{Check: "nodes/stale", Host: name, Status: verify.Warn,
+					Message: fmt.Sprintf("worker %s left the inventory, and 'hardway up' has not finished removing it (its pod subnet %s stays reserved in %s)", name, st.Subnets[name], c.opt.State.PodSubnets()),
+					Hint:    "run 'hardway up': it stops the host's kubelet if it answers and frees the subnet"})
+			}
+		}
 	}
 	for _, n := range kube.StaleNodes(nodes.Items, c.hostNames()) {
 		if c.hardwayNode(n, removed) {

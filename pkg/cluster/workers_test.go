@@ -689,3 +689,39 @@ func TestPlanWorkersCNINone(t *testing.T) {
 		t.Fatalf("plan:\n%s", got)
 	}
 }
+
+// verify's cluster-wide view of churn: a removed worker's Node (in the state,
+// or with a hardway subnet) fails with what removes it; a Node joined by
+// other means is a warning; a removed worker whose removal did not finish
+// is named.
+func TestCheckNodesStale(t *testing.T) {
+	wf, _ := convergedWorkers(t)
+	wf.opt.State = state.Dir(t.TempDir())
+	st, err := podnet.Next(&podnet.State{}, wf.Inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Subnets["worker-3"] = netip.MustParsePrefix("10.200.2.0/24")
+	st.Hosts["worker-3"] = podnet.Host{Address: "10.240.0.23"}
+	if err := podnet.SaveState(wf.opt.State.PodSubnets(), st); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*corev1.Node{readyNode("worker-4", "10.200.4.0/24"), readyNode("joined", "")} {
+		if _, err := wf.kube.CoreV1().Nodes().Create(t.Context(), n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := strings.Join(results(wf.checkNodes(t.Context())), "\n")
+	for _, want := range []string{
+		"fail nodes/stale worker-4: Node worker-4 is not in the inventory (a removed worker, pod subnet 10.200.4.0/24)",
+		"warn nodes/stale joined: Node joined is not in the inventory (joined by other means?)",
+		"warn nodes/stale worker-3: worker worker-3 left the inventory, and 'hardway up' has not finished removing it (its pod subnet 10.200.2.0/24 stays reserved",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("checkNodes lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "worker-1") || strings.Contains(got, "worker-2") {
+		t.Errorf("names a worker of the inventory:\n%s", got)
+	}
+}
