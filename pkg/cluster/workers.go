@@ -100,7 +100,9 @@ func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan
 	// then planned, and decided when it runs.
 	var nodes map[string]*corev1.Node
 	var stale []corev1.Node
-	if cs, err := c.kubeClient(); err == nil {
+	// A control plane that never had workers: no Node to read.
+	hadWorkers := len(c.Inv.Workers) > 0 || len(st.Removed(c.Inv)) > 0
+	if cs, err := c.kubeClient(); err == nil && hadWorkers {
 		nodes, stale, err = c.workerNodes(ctx, cs, st.Removed(c.Inv))
 		if err != nil {
 			nodes, stale = nil, nil

@@ -570,6 +570,13 @@ func TestPlanWorkersRemovesRecordedWorker(t *testing.T) {
 func TestPlanWorkersLastWorkerRemoved(t *testing.T) {
 	wf, _ := convergedWorkers(t)
 	wf.opt.State = state.Dir(t.TempDir())
+	st, err := podnet.Next(&podnet.State{}, wf.Inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := podnet.SaveState(wf.opt.State.PodSubnets(), st); err != nil {
+		t.Fatal(err)
+	}
 	wf.Inv.Workers = nil
 	as, err := wf.planWorkers(t.Context(), nil)
 	if err != nil {
@@ -582,7 +589,11 @@ func TestPlanWorkersLastWorkerRemoved(t *testing.T) {
 			t.Errorf("plan lacks %q:\n%s", want, got)
 		}
 	}
-	if err := as[len(as)-1].Do(t.Context()); err != nil {
+	i := slices.IndexFunc(as, func(a plan.Action) bool { return a.Host == "c1" && a.Kind == plan.Write })
+	if i < 0 || !strings.Contains(as[len(as)-1].Desc, "free the pod subnets of removed workers") {
+		t.Fatalf("plan: %s", got)
+	}
+	if err := as[i].Do(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if w := wf.writes(); !slices.Contains(w, "c1: systemctl disable --now hardway-pod-routes.service && rm -f /etc/systemd/system/hardway-pod-routes.service && systemctl daemon-reload && { systemctl reset-failed hardway-pod-routes.service 2>/dev/null || true; }") {
