@@ -7,10 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hardway/hardway/pkg/backup"
+	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/usererr"
 	"github.com/hardway/hardway/pkg/verify"
 )
@@ -198,5 +202,36 @@ func TestUnitBackupDir(t *testing.T) {
 	}
 	if _, err := Unit(UnitConfig{Binary: "/usr/local/bin/hardway", StateDir: "/x", BackupDir: "backups"}); err == nil {
 		t.Fatal("a relative backup directory was accepted")
+	}
+}
+
+// A restarted daemon finds the newest backup of its cluster among the
+// files 'hardway backup' names (other clusters' and other files ignored);
+// none, or no directory, is no error.
+func TestNewestBackup(t *testing.T) {
+	dir := t.TempDir()
+	inv := &inventory.Inventory{Cluster: "lab", Path: filepath.Join(dir, "inventory.yaml")}
+	ct := &ClusterTarget{inv: inv}
+	o := BackupOptions{Dir: filepath.Join(dir, "b")}
+	if _, ok, err := ct.NewestBackup(o); ok || err != nil {
+		t.Fatalf("no directory: %v %v", ok, err)
+	}
+	os.Mkdir(o.Dir, 0o700)
+	t0 := time.Date(2026, 11, 30, 21, 0, 0, 0, time.UTC)
+	for i, name := range []string{
+		backup.FileName("lab", t0, true),
+		backup.FileName("lab", t0.Add(2*time.Hour), true),
+		backup.FileName("other", t0.Add(5*time.Hour), true),
+		backup.FileName("lab", t0.Add(time.Hour), false),
+		"notes.txt",
+	} {
+		os.WriteFile(filepath.Join(o.Dir, name), make([]byte, 100+i), 0o600)
+	}
+	info, ok, err := ct.NewestBackup(o)
+	if err != nil || !ok || info.Path != filepath.Join(o.Dir, backup.FileName("lab", t0.Add(2*time.Hour), true)) || info.Size != 101 || info.Time.IsZero() {
+		t.Fatalf("%+v %v %v", info, ok, err)
+	}
+	if got := ct.BackupDir(BackupOptions{}); got != filepath.Join(dir, "backups") {
+		t.Errorf("default directory %s", got)
 	}
 }
