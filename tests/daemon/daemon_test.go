@@ -275,6 +275,8 @@ func TestDaemonOnALabHost(t *testing.T) {
 		t.Logf("figures: run %.2fs, daemon RSS %.1f MiB", d, rss/(1<<20))
 	})
 
+	e.backupScenarios(t)
+
 	t.Run("a stopped etcd member flips its gauge and logs one transition within one interval", func(t *testing.T) {
 		e.t = t
 		since := strings.TrimSpace(e.mustSSH("controller-1", "date '+%Y-%m-%d %H:%M:%S'"))
