@@ -82,10 +82,13 @@ t0=$(now)
 verify_until_pass
 t1=$(now)
 cold=$(secs "$t0" "$t1")
+log "cold up: ${cold} s"
 
 # --- 2. backups -----------------------------------------------------------------
-kubectl=$(jq -r '.artifacts[] | select(.name == "kubectl") | .path' < <("$HW" fetch -i "$inv" --state "$state" --cache-dir "$cache" --offline -o json 2>/dev/null))
-[[ $kubectl == /* ]] || kubectl=$PWD/$kubectl
+# kubectl from the verified cache (a blob there is not executable: a copy is)
+blob=$(jq -r '.artifacts[] | select(.name == "kubectl") | .path' < <("$HW" fetch -i "$inv" --state "$state" --cache-dir "$cache" --offline -o json 2>/dev/null))
+kubectl=$work/kubectl
+install -m 0755 "$blob" "$kubectl"
 kc=$state/kubeconfigs/admin.kubeconfig
 "$kubectl" --kubeconfig "$kc" create namespace bench >/dev/null
 "$kubectl" --kubeconfig "$kc" -n bench create configmap kept --from-literal=colour=teal >/dev/null
