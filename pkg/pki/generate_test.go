@@ -50,7 +50,7 @@ var wantTable = []struct {
 		"cp-0", "10.0.0.10", "192.0.2.10", "cp-1", "192.0.2.11", "cp-2", "192.0.2.12",
 		"127.0.0.1", "localhost", "10.32.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 		"kubernetes.default.svc.cluster.local", "api.example.test"}},
-	{"apiserver-kubelet-client", "ca", "kube-apiserver-kubelet-client", []string{"system:masters"}, client, nil},
+	{"apiserver-kubelet-client", "ca", "kube-apiserver-kubelet-client", nil, client, nil},
 	{"apiserver-etcd-client", "ca", "kube-apiserver-etcd-client", nil, client, nil},
 	{"etcd-server-cp-0", "ca", "cp-0", nil, both, etcdWant("cp-0", "10.0.0.10", "192.0.2.10")},
 	{"etcd-server-cp-1", "ca", "cp-1", nil, both, etcdWant("cp-1", "192.0.2.11")},

@@ -75,9 +75,13 @@ func Table() []Cert {
 		{Name: "kubelet", CA: CA, CN: "system:node:{host}", Org: []string{"system:nodes"},
 			Usages: serverClientAuth, PerHost: PerWorker, SANs: hostSANs},
 		{Name: "kube-apiserver", CA: CA, CN: "kubernetes", Usages: serverAuth, SANs: apiserverSANs},
-		// O system:masters: the RBAC subject the kubelets' API authorizes.
-		{Name: "apiserver-kubelet-client", CA: CA, CN: "kube-apiserver-kubelet-client",
-			Org: []string{"system:masters"}, Usages: clientAuth},
+		// No O=system:masters: that group passes every authorization check
+		// of the whole API, and the apiserver only needs the kubelets' API.
+		// The kubelets authorize this CN through the ClusterRoleBinding
+		// system:kube-apiserver (pkg/kube.ApplyRBAC, the rbac step), which
+		// names it; a certificate that still carries the group (made by an
+		// earlier hardway) differs in O, so 'up' reissues it.
+		{Name: "apiserver-kubelet-client", CA: CA, CN: "kube-apiserver-kubelet-client", Usages: clientAuth},
 		{Name: "apiserver-etcd-client", CA: CA, CN: "kube-apiserver-etcd-client", Usages: clientAuth},
 		// etcd uses its server certificate as a client too (to itself, for
 		// the gRPC gateway), as kubeadm's etcd certificates do.
