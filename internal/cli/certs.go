@@ -22,7 +22,67 @@ func (a *App) newCertsCmd() *cobra.Command {
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(a.newCertsCheckCmd())
+	cmd.AddCommand(a.newCertsCheckCmd(), a.newCertsRenewCmd())
+	return cmd
+}
+
+func (a *App) newCertsRenewCmd() *cobra.Command {
+	var o upOptions
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "renew [--all | NAME...]",
+		Short: "Reissue leaf certificates from the existing CAs and roll them out without downtime",
+		Long: `renew reissues the named leaf certificates (or all of them with --all) from
+the existing CAs, now, and rolls them out:
+
+  renew          new key and certificate for each, same subject and SANs;
+                 the kubeconfigs that embed one are rewritten
+  push           only their files (certificate, key, kubeconfigs), atomically
+  etcd           members restarted one at a time, each only while every other
+                 member is healthy, and waited for: etcd keeps its quorum
+  control-plane  apiserver, controller-manager, scheduler, host by host, each
+                 waiting for /readyz or /healthz before the next: an
+                 apiserver answers at every moment
+  workers        kubelet and kube-proxy, one worker at a time, each waiting
+                 for its Node to be Ready
+
+Only the services that read a renewed file restart; nothing else is pushed.
+A NAME is an entry of 'hardway certs check' (etcd-server-controller-1) or a
+row for all its hosts (etcd-server). CAs are not leaves: renew never makes
+or replaces one. 'hardway up' already reissues a leaf inside its renewal
+window; renew is for doing it now (a key that leaked, a maintenance window,
+a certificate verify or the daemon names).
+
+With --dry-run it prints the plan — which certificates, which files on
+which hosts, which restarts in which order — and changes nothing.`,
+		Example: `  hardway certs renew -i inventory.yaml --all --dry-run
+  hardway certs renew -i inventory.yaml kube-apiserver
+  hardway certs renew -i inventory.yaml etcd-server etcd-peer`,
+		RunE: func(cmd *cobra.Command, names []string) error {
+			inv, st, lock, err := a.loadLocked(cmd)
+			if err != nil {
+				return err
+			}
+			defer lock.Unlock()
+			leaves, err := pki.ResolveLeaves(inv, names, all)
+			if err != nil {
+				return err
+			}
+			for _, e := range leaves {
+				o.renew = append(o.renew, e.Name)
+			}
+			// A renewal never downloads: the binaries on the hosts are
+			// compared with the cache only where a step needs them.
+			o.offline = true
+			return a.runUp(cmd.Context(), inv, st, o)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&all, "all", false, "renew every leaf certificate of the table")
+	f.BoolVar(&o.dryRun, "dry-run", false, "print the plan and change nothing")
+	f.StringVarP(&o.output, "output", "o", "text", "text, or json: the result as JSON on stdout (progress goes to stderr)")
+	f.BoolVar(&o.acceptNewHostKeys, "accept-new-host-keys", false, "trust and record the key of a host not yet in known_hosts (a changed key is always refused)")
+	f.StringVar(&o.cacheDir, "cache-dir", "", "download cache (default $XDG_CACHE_HOME/hardway); never written")
 	return cmd
 }
 

@@ -32,6 +32,8 @@ type upOptions struct {
 	offline            bool
 	updateLock         bool
 	replaceIdentity    bool
+	// renew: `certs renew` of these leaves (the renew steps, not up's).
+	renew []string
 }
 
 func (a *App) newUpCmd() *cobra.Command {
@@ -131,22 +133,31 @@ func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir,
 	// The run log gets every progress line and every remote command with
 	// its whole stderr; a dry run writes one too (in logs/, which holds no
 	// state).
-	lg, err := runlog.Open(st.LogDir(), "up", time.Now())
+	logName := "up"
+	if len(o.renew) > 0 {
+		logName = "certs-renew"
+	}
+	lg, err := runlog.Open(st.LogDir(), logName, time.Now())
 	if err != nil {
 		return err
 	}
-	lg.Printf("inventory %s; dry-run=%v only=%v skip=%v remove-stale-members=%v", a.InventoryPath, o.dryRun, o.only, o.skip, o.removeStaleMembers)
+	lg.Printf("inventory %s; dry-run=%v only=%v skip=%v remove-stale-members=%v renew=%v", a.InventoryPath, o.dryRun, o.only, o.skip, o.removeStaleMembers, o.renew)
 	out = io.MultiWriter(out, lg)
 	c := cluster.New(inv, cluster.Options{
 		State: st, Out: out, AcceptNewHostKeys: o.acceptNewHostKeys, Release: ro,
 		Progress: release.NewProgress(a.Stderr, isTerm), RemoveStaleMembers: o.removeStaleMembers,
 		ReplaceIdentity: o.replaceIdentity,
+		Renew:           o.renew,
 		Trace:           lg.Command,
 	})
 	defer c.Close()
 	start := time.Now()
 	r := &plan.Runner{Out: out, DryRun: o.dryRun, Only: o.only, Skip: o.skip}
-	res, err := r.Run(ctx, c.Steps())
+	steps := c.Steps()
+	if len(o.renew) > 0 {
+		steps = c.RenewSteps()
+	}
+	res, err := r.Run(ctx, steps)
 	if err != nil {
 		lg.End(err)
 		return runlog.WithPath(err, lg)

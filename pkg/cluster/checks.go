@@ -69,7 +69,11 @@ func (c *Cluster) checkPKI(ctx context.Context) []verify.Result {
 		case pki.CheckFailed:
 			out = append(out, verify.Failf("", pki.CheckHint(c.Inv, c.opt.State, r), "%s: %s", r.Name, strings.Join(r.Problems, "; ")))
 		case pki.CheckWarning:
-			out = append(out, verify.Warnf("", "'hardway up' reissues leaves in their renewal window; 'hardway certs check' has details", "%s: %s", r.Name, strings.Join(r.Problems, "; ")))
+			hint := pki.RenewHint(r)
+			if hint == "" {
+				hint = "'hardway up' reissues leaves in their renewal window; 'hardway certs check' has details"
+			}
+			out = append(out, verify.Warnf("", hint, "%s: %s", r.Name, strings.Join(r.Problems, "; ")))
 		}
 	}
 	if len(out) == 0 {

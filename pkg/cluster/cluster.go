@@ -40,6 +40,10 @@ type Options struct {
 	// ReplaceIdentity lets up replace the hosts' CAs, service-account key
 	// and encryption key with the state directory's (see identity.go).
 	ReplaceIdentity bool
+	// Renew names the leaf certificates `hardway certs renew` reissues
+	// (RenewSteps): push then sends only their files, and counts them as
+	// changed in a dry run too, where they are not reissued yet.
+	Renew []string
 	// ServiceTimeout bounds the wait for one service to become healthy.
 	ServiceTimeout time.Duration
 	// Connect opens the connection to one host; nil: SSH (remote.Dial).

@@ -280,6 +280,12 @@ func (c *Cluster) planPush(ctx context.Context, _ plan.Planned) ([]plan.Action, 
 func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Action, error) {
 	var actions []plan.Action
 	m := c.manifest(h.Name)
+	if c.renewMode() {
+		m = c.renewManifest(m)
+		if len(m.Files) == 0 {
+			return nil, nil
+		}
+	}
 	sh, err := c.Host(ctx, h.Name)
 	if err != nil {
 		return nil, err
@@ -298,11 +304,18 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Ac
 		return nil, err
 	}
 	for i, r := range res {
+		why := r.Why
 		if !r.Changed() {
-			continue
+			// certs renew: in a dry run the leaf is not reissued yet, so
+			// the host's copy still equals the state directory's; the
+			// plan shows the push and the restarts it brings all the same.
+			if !c.renewMode() {
+				continue
+			}
+			why = "renewed"
 		}
 		f, mf := files[i], m.Files[i]
-		desc := fmt.Sprintf("write %s (%04o, %s)", f.Path, f.Mode.Perm(), r.Why)
+		desc := fmt.Sprintf("write %s (%04o, %s)", f.Path, f.Mode.Perm(), why)
 		diff := ""
 		if mf.Content != nil && r.Content && r.Why != "missing" {
 			diff = c.shortDiff(ctx, sh, f.Path, mf.Content)

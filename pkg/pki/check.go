@@ -173,7 +173,7 @@ func checkLeaf(r *CheckResult, e Entry, ca *x509.Certificate, dir state.Dir, now
 	if len(extra) > 0 {
 		r.warn("SANs no longer in the inventory: %s (hardway pki reissues it)", strings.Join(extra, ", "))
 	}
-	checkExpiry(r, cert, now, "hardway pki reissues it")
+	checkExpiry(r, cert, now, "hardway certs renew "+e.Name+" reissues it")
 }
 
 func checkServiceAccount(dir state.Dir) CheckResult {

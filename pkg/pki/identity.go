@@ -231,6 +231,9 @@ func CheckHint(inv *inventory.Inventory, dir state.Dir, r CheckResult) string {
 	if lost {
 		return PullHint(inv) + "; 'hardway pki' would make a new cluster identity instead"
 	}
+	if h := RenewHint(r); h != "" {
+		return h
+	}
 	return "run 'hardway pki' (or 'hardway up') to create or reissue it"
 }
 
