@@ -37,6 +37,16 @@ const (
 
 	DefaultCAValidity   = 10 * 365 * 24 * time.Hour
 	DefaultLeafValidity = 365 * 24 * time.Hour
+
+	// Bounds of the lifetimes. A CA lives at most 100 years (ten times
+	// kubeadm's) and a leaf at most 10 (kubeadm's: one): beyond that a
+	// key outlives every plan to rotate it. A leaf lives at least an hour
+	// (it is backdated 5 minutes and reissued in the last half of a short
+	// life) and a CA at least a day.
+	MaxCAValidity   = 100 * 365 * 24 * time.Hour
+	MaxLeafValidity = 10 * 365 * 24 * time.Hour
+	MinCAValidity   = 24 * time.Hour
+	MinLeafValidity = time.Hour
 )
 
 // Inventory is inventory.yaml after loading: defaults filled in, validated.

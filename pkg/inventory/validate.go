@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-version"
 )
@@ -179,12 +180,9 @@ func (l *loader) validate(inv *Inventory) {
 	default:
 		l.errorf("pki.algorithm", "use ecdsa-p256 (default), rsa-2048, rsa-3072 or rsa-4096", "%q is not a supported key algorithm", inv.PKI.Algorithm)
 	}
-	if inv.PKI.CAValidity <= 0 {
-		l.errorf("pki.caValidity", "e.g. 10y", "must be positive")
-	}
-	if inv.PKI.LeafValidity <= 0 {
-		l.errorf("pki.leafValidity", "e.g. 1y", "must be positive")
-	} else if inv.PKI.LeafValidity > inv.PKI.CAValidity {
+	caOK := l.validity("pki.caValidity", inv.PKI.CAValidity, MinCAValidity, MaxCAValidity, "10y")
+	if l.validity("pki.leafValidity", inv.PKI.LeafValidity, MinLeafValidity, MaxLeafValidity, "1y") && caOK &&
+		inv.PKI.LeafValidity > inv.PKI.CAValidity {
 		l.errorf("pki.leafValidity", "a certificate cannot outlive the CA that signs it", "is longer than pki.caValidity")
 	}
 	switch inv.Encryption.Provider {
@@ -331,4 +329,37 @@ func (l *loader) checkAddr(inv *Inventory, path, a string, required bool, seen m
 	if n.podNet.IsValid() && n.podNet.Contains(ip) {
 		l.errorf(path, "pick a network.podCIDR that does not contain your hosts", "%s is inside network.podCIDR %s", a, n.PodCIDR)
 	}
+}
+
+// validity checks a certificate lifetime against its bounds; the error
+// names the bound and shows what was written (a value too long for a
+// duration arrives here as the largest one).
+func (l *loader) validity(path string, d Duration, lo, hi time.Duration, example string) bool {
+	written := time.Duration(d).String()
+	if n, ok := l.pos[path]; ok {
+		written = n.Value
+	}
+	switch {
+	case d <= 0:
+		l.errorf(path, "e.g. "+example, "must be positive")
+	case d.D() > hi:
+		l.errorf(path, "e.g. "+example, "%s is longer than the maximum %s", written, humanDuration(hi))
+	case d.D() < lo:
+		l.errorf(path, "e.g. "+example, "%s is shorter than the minimum %s", written, humanDuration(lo))
+	default:
+		return true
+	}
+	return false
+}
+
+// humanDuration writes a bound the way the inventory would: 100y, 1d, 1h.
+func humanDuration(d time.Duration) string {
+	const day, year = 24 * time.Hour, 365 * 24 * time.Hour
+	switch {
+	case d%year == 0:
+		return fmt.Sprintf("%dy", d/year)
+	case d%day == 0:
+		return fmt.Sprintf("%dd", d/day)
+	}
+	return d.String()
 }

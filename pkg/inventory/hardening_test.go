@@ -1,0 +1,31 @@
+package inventory
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// The bounds are inclusive, and the largest values still parse exactly.
+func TestValidityBounds(t *testing.T) {
+	inv, probs := parse(t, "pki:\n  caValidity: 100y\n  leafValidity: 10y\n"+good)
+	if len(probs) > 0 {
+		t.Fatalf("%v", probs)
+	}
+	if inv.PKI.CAValidity.D() != MaxCAValidity || inv.PKI.LeafValidity.D() != MaxLeafValidity {
+		t.Errorf("ca %v leaf %v", inv.PKI.CAValidity.D(), inv.PKI.LeafValidity.D())
+	}
+	if _, probs := parse(t, "pki:\n  caValidity: 1d\n  leafValidity: 1h\n"+good); len(probs) > 0 {
+		t.Errorf("minimums: %v", probs)
+	}
+	for _, s := range []string{"585y", "600y", "106752d", "2562048h", "9223372036854775808y"} {
+		if _, err := ParseDuration(s); !errors.Is(err, ErrTooLong) {
+			t.Errorf("%s: %v", s, err)
+		}
+	}
+	for s, want := range map[string]time.Duration{"292y": 292 * 365 * 24 * time.Hour, "106751d": 106751 * 24 * time.Hour, "2562047h": 2562047 * time.Hour} {
+		if d, err := ParseDuration(s); err != nil || d != want {
+			t.Errorf("%s: %v %v", s, d, err)
+		}
+	}
+}
