@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -27,5 +28,24 @@ func TestValidityBounds(t *testing.T) {
 		if d, err := ParseDuration(s); err != nil || d != want {
 			t.Errorf("%s: %v %v", s, d, err)
 		}
+	}
+}
+
+// Plain http is refused unless releases.allowHTTP says so (then a warning);
+// https and file are fine.
+func TestPlainHTTPMirrors(t *testing.T) {
+	src := "releases:\n  kubernetes: http://mirror.lab/k8s\n  etcd: https://mirror.lab/etcd\n  runc: file:///m/runc\n" +
+		"images:\n  - name: hardway.local/x:v1\n    url: http://mirror.lab/x.tar\n" + good
+	_, probs := parse(t, src)
+	if len(probs) != 2 || probs[0].Path != "releases.kubernetes" || probs[1].Path != "images[0].url" ||
+		!strings.Contains(probs[0].Msg, "plain http") || !strings.Contains(probs[0].Hint, "releases.allowHTTP: true") {
+		t.Fatalf("%v", probs)
+	}
+	inv, probs := parse(t, strings.Replace(src, "releases:\n", "releases:\n  allowHTTP: true\n", 1))
+	if len(probs) > 0 {
+		t.Fatalf("%v", probs)
+	}
+	if len(inv.Warnings) != 2 || !strings.Contains(inv.Warnings[0].Msg, "allowed by releases.allowHTTP") {
+		t.Errorf("warnings %v", inv.Warnings)
 	}
 }

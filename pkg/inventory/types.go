@@ -119,6 +119,9 @@ type Releases struct {
 	Runc       string `yaml:"runc"`       // <base>/vX.Y.Z/runc.<arch> (+ runc.sha256sum)
 	CNIPlugins string `yaml:"cniPlugins"` // <base>/vX.Y.Z/cni-plugins-linux-<arch>-vX.Y.Z.tgz (+ .sha512)
 	Crictl     string `yaml:"crictl"`     // <base>/vX.Y.Z/crictl-vX.Y.Z-linux-<arch>.tar.gz (+ .sha256)
+	// AllowHTTP accepts plain http:// mirrors and image URLs (a warning
+	// each); without it they are refused (see validateTransport).
+	AllowHTTP bool `yaml:"allowHTTP"`
 }
 
 // Image is a container image as a docker-archive tarball, for hosts that

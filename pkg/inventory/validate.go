@@ -201,6 +201,7 @@ func (l *loader) validate(inv *Inventory) {
 	}
 
 	l.validateWorkerReleases(inv)
+	l.validateTransport(inv)
 	l.validateHosts(inv)
 }
 

@@ -31,7 +31,7 @@ func TestWorkerReleaseDefaults(t *testing.T) {
 }
 
 func TestWorkerReleaseOverrides(t *testing.T) {
-	src := "containerdVersion: 2.4.3\nrunc" + "Version: v1.5.3\nreleases:\n  containerd: file:///m/containerd/\n  crictl: http://10.0.0.1/crictl\n" +
+	src := "containerdVersion: 2.4.3\nrunc" + "Version: v1.5.3\nreleases:\n  allowHTTP: true\n  containerd: file:///m/containerd/\n  crictl: http://10.0.0.1/crictl\n" +
 		"images:\n  - name: registry.k8s.io/pause:3.10.2\n    url: file:///m/images/pause.tar\n    sha256: SHA256:" + strings.Repeat("AB", 32) + "\n" + goodWorkers
 	inv, probs := parse(t, src)
 	if probs != nil {
@@ -43,9 +43,11 @@ func TestWorkerReleaseOverrides(t *testing.T) {
 	if inv.Images[0].SHA256 != strings.Repeat("ab", 32) {
 		t.Errorf("sha256 not normalised: %s", inv.Images[0].SHA256)
 	}
-	// A version outside the table is allowed, with a warning at its line.
-	if len(inv.Warnings) != 1 || inv.Warnings[0].Path != "containerdVersion" || inv.Warnings[0].Line != 1 ||
-		!strings.Contains(inv.Warnings[0].String(), "v2.4.3") || !strings.Contains(inv.Warnings[0].String(), "v2.4.2") {
+	// A version outside the table is allowed, with a warning at its line;
+	// plain http allowed on purpose still warns.
+	if len(inv.Warnings) != 2 || inv.Warnings[0].Path != "containerdVersion" || inv.Warnings[0].Line != 1 ||
+		!strings.Contains(inv.Warnings[0].String(), "v2.4.3") || !strings.Contains(inv.Warnings[0].String(), "v2.4.2") ||
+		inv.Warnings[1].Path != "releases.crictl" || !strings.Contains(inv.Warnings[1].String(), "plain http") {
 		t.Errorf("warnings: %v", inv.Warnings)
 	}
 }
@@ -62,7 +64,7 @@ images:
     url: ""
     sha256: abc
   - name: registry.k8s.io/coredns/coredns:v1.14.7
-    url: http://10.0.0.1/images/
+    url: https://10.0.0.1/images/
   - name: registry.k8s.io/coredns/coredns:v1.14.7
     url: file:///m/images/coredns.tar
 ` + goodWorkers
@@ -75,7 +77,7 @@ images:
 		`inv.yaml:8:11: images[1].name: "Bad Name:1" is not an image name`,
 		`inv.yaml:9:10: images[1].url: a URL is required`,
 		`inv.yaml:10:13: images[1].sha256: "abc" is not a sha256 digest`,
-		`inv.yaml:12:10: images[2].url: "http://10.0.0.1/images/" is not a file URL`,
+		`inv.yaml:12:10: images[2].url: "https://10.0.0.1/images/" is not a file URL`,
 		`inv.yaml:13:11: images[3].name: "registry.k8s.io/coredns/coredns:v1.14.7" is already listed at images[2]`,
 	}
 	if len(probs) != len(want) {

@@ -77,12 +77,38 @@ var errNotRetryable = errors.New("not retryable")
 
 func (f *Fetcher) client() *http.Client {
 	if f.Client != nil {
-		return f.Client
+		if f.Client.CheckRedirect != nil {
+			return f.Client
+		}
+		// A client without its own redirect policy gets hardway's (a
+		// copy: the caller's client stays as it was).
+		c := *f.Client
+		c.CheckRedirect = checkRedirect
+		return &c
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	// Offsets for Range must count the bytes of the file itself.
 	t.DisableCompression = true
-	return &http.Client{Transport: t}
+	return &http.Client{Transport: t, CheckRedirect: checkRedirect}
+}
+
+// maxRedirects is net/http's own limit.
+const maxRedirects = 10
+
+// checkRedirect refuses a redirect to a weaker scheme: once a request went
+// over https, a hop to http would let anyone on the path serve the file and
+// its checksum together (both come from the mirror). Not retryable: the
+// mirror answers the same way every time.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= maxRedirects {
+		return fmt.Errorf("stopped after %d redirects: %w", maxRedirects, errNotRetryable)
+	}
+	for _, v := range via {
+		if v.URL.Scheme == "https" && req.URL.Scheme != "https" {
+			return fmt.Errorf("redirect from %s to %s refused: it leaves https: %w", v.URL.Redacted(), req.URL.Redacted(), errNotRetryable)
+		}
+	}
+	return nil
 }
 
 func (f *Fetcher) stall() time.Duration {
