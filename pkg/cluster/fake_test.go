@@ -35,6 +35,8 @@ type hostModel struct {
 	content  map[string]string // path -> text, for diffs
 	dirs     map[string]string // path -> "700 root:root"
 	data     map[string][]byte // path -> content of files from the state directory, for remote.ReadFiles
+	// oldAdmin: an admin kubeconfig an earlier hardway left on the host
+	oldAdmin bool
 }
 
 func runningHost() *hostModel {
@@ -105,6 +107,8 @@ func (m *hostModel) answer(cmd string) (string, error) {
 				b.WriteString("missing\n")
 			}
 		}
+	case strings.HasPrefix(cmd, "if [ -e /var/lib/kubernetes/admin.kubeconfig ]") && m.oldAdmin:
+		b.WriteString("present\n")
 	case strings.HasPrefix(cmd, "head -c 65536 "):
 		b.WriteString(m.content[strings.TrimPrefix(cmd, "head -c 65536 ")])
 	case strings.HasPrefix(cmd, "date +%s%N\nuname -s"):

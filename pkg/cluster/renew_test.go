@@ -141,3 +141,49 @@ func readSerial(t *testing.T, st interface{ Cert(string) string }, name string) 
 	}
 	return c.SerialNumber.String()
 }
+
+// An admin kubeconfig left on a control-plane host (an earlier hardway
+// pushed it) is removed by up unless the inventory asks for it; nothing
+// else is planned on a converged host, and asking keeps (pushes) it.
+func TestOldAdminKubeconfigRemoved(t *testing.T) {
+	ctx := context.Background()
+	inv := threeHosts(t)
+	st := generated(t, inv)
+	fc := newFakeCluster(t, inv, Options{State: st}, models(inv, runningHost))
+	fc.withRelease()
+	fc.pushed()
+	fc.model["c2"].oldAdmin = true
+	as, err := fc.planPush(ctx, nil)
+	if got := descs(as); err != nil || len(got) != 1 || got[0] != "write c2: remove /var/lib/kubernetes/admin.kubeconfig (system:masters; pki.adminKubeconfigOnHosts is off)" {
+		t.Fatalf("%v %q", err, got)
+	}
+	for _, h := range inv.ControlPlane {
+		assertReadOnly(t, h.Name, fc.commands(h.Name))
+	}
+	if err := as[0].Do(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cmds := fc.commands("c2"); cmds[len(cmds)-1] != "rm -f /var/lib/kubernetes/admin.kubeconfig" {
+		t.Errorf("last command %q", cmds[len(cmds)-1])
+	}
+
+	inv.PKI.AdminKubeconfigOnHosts = true
+	fc2 := newFakeCluster(t, inv, Options{State: st}, models(inv, runningHost))
+	fc2.withRelease()
+	as, err = fc2.planPush(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, a := range as {
+		if strings.Contains(a.Desc, "admin.kubeconfig") {
+			n++
+			if !strings.HasPrefix(a.Desc, "write /var/lib/kubernetes/admin.kubeconfig") {
+				t.Errorf("%s", a.Desc)
+			}
+		}
+	}
+	if n != 3 {
+		t.Errorf("admin kubeconfig pushed to %d hosts, want 3", n)
+	}
+}

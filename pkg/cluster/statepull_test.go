@@ -71,9 +71,11 @@ func TestStatePullRebuildsTheStateDirectory(t *testing.T) {
 	want, got := stateFilesIn(t, orig), stateFilesIn(t, opt.State)
 	delete(got, "lock")
 	for p, w := range want {
-		if strings.HasPrefix(p, "pki/kube-proxy.") || p == "kubeconfigs/kube-proxy.kubeconfig" {
-			// No host holds kube-proxy's certificate (no workers): issued
-			// anew from the pulled CA, so only the mode is the same.
+		if strings.HasPrefix(p, "pki/kube-proxy.") || p == "kubeconfigs/kube-proxy.kubeconfig" ||
+			strings.HasPrefix(p, "pki/admin.") || p == "kubeconfigs/admin.kubeconfig" {
+			// No host holds kube-proxy's certificate (no workers), nor
+			// admin's (pki.adminKubeconfigOnHosts is off): issued anew
+			// from the pulled CA, so only the mode is the same.
 			if got[p][:10] != w[:10] {
 				t.Errorf("%s: mode %s, want %s", p, got[p][:10], w[:10])
 			}
@@ -95,7 +97,10 @@ func TestStatePullRebuildsTheStateDirectory(t *testing.T) {
 		if f.Path == "pki/ca.key" && (f.Status != PullPulled || f.From[0] != "c1") {
 			t.Errorf("ca.key: %+v", f)
 		}
-		if f.Path == "pki/admin.key" && f.Status != PullExtracted {
+		if f.Path == "pki/kube-scheduler.key" && f.Status != PullExtracted {
+			t.Errorf("kube-scheduler.key: %+v", f)
+		}
+		if f.Path == "pki/admin.key" && f.Status != PullIssued {
 			t.Errorf("admin.key: %+v", f)
 		}
 	}

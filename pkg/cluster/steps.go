@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -293,6 +294,15 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Ac
 	if err := c.ensureDirs(ctx, sh, m, &actions); err != nil {
 		return nil, err
 	}
+	if !c.renewMode() {
+		a, err := c.oldAdminKubeconfigAction(ctx, sh, m)
+		if err != nil {
+			return nil, err
+		}
+		if a != nil {
+			actions = append(actions, *a)
+		}
+	}
 	files, err := c.remoteFiles(m)
 	if err != nil {
 		return nil, err
@@ -417,4 +427,31 @@ func lineSet(b []byte) map[string]bool {
 func clearRestart(ctx context.Context, sh remote.Host, comp string) error {
 	_, err := sh.Run(ctx, "rm -f "+remote.Quote(path.Join(restartDir, comp)), nil)
 	return err
+}
+
+// oldAdminKubeconfigAction removes the admin kubeconfig an earlier hardway
+// (or this one with pki.adminKubeconfigOnHosts) put on a control-plane host
+// that the inventory no longer wants it on: it is system:masters, and a
+// copy nobody asked for is a copy more to steal. Reading is the plan; rm
+// is the action. Only hardway's own path in hardway's own directory.
+func (c *Cluster) oldAdminKubeconfigAction(ctx context.Context, sh remote.Host, m *units.Manifest) (*plan.Action, error) {
+	if !slices.Contains(m.Components, units.APIServer) {
+		return nil, nil
+	}
+	if _, wanted := m.File(units.AdminKubeconfig); wanted {
+		return nil, nil
+	}
+	out, err := sh.Run(ctx, "if [ -e "+units.AdminKubeconfig+" ]; then echo present; fi", nil)
+	if err != nil {
+		return nil, fmt.Errorf("look for %s: %w", units.AdminKubeconfig, err)
+	}
+	if strings.TrimSpace(string(out)) != "present" {
+		return nil, nil
+	}
+	return &plan.Action{Host: sh.Name(), Kind: plan.Write,
+		Desc: "remove " + units.AdminKubeconfig + " (system:masters; pki.adminKubeconfigOnHosts is off)",
+		Do: func(ctx context.Context) error {
+			_, err := sh.Run(ctx, "rm -f "+units.AdminKubeconfig, nil)
+			return err
+		}}, nil
 }

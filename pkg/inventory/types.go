@@ -104,6 +104,11 @@ type PKI struct {
 	Algorithm    string   `yaml:"algorithm"` // ecdsa-p256, rsa-2048, rsa-3072, rsa-4096
 	CAValidity   Duration `yaml:"caValidity"`
 	LeafValidity Duration `yaml:"leafValidity"`
+	// AdminKubeconfigOnHosts puts the admin kubeconfig (system:masters:
+	// the whole cluster) on every control-plane host. Off by default: no
+	// hardway step needs it there, and a copy on each host is a copy more
+	// to steal.
+	AdminKubeconfigOnHosts bool `yaml:"adminKubeconfigOnHosts"`
 }
 
 // Encryption chooses the provider for secrets at rest.

@@ -84,6 +84,8 @@ type Copy struct {
 	// NoRestart: the component does not read it (admin.kubeconfig is for
 	// people), so a change restarts nothing.
 	NoRestart bool
+	// onlyIf says whether the inventory wants the file at all (nil: yes).
+	onlyIf func(inv *inventory.Inventory) bool
 }
 
 // Component is one row of the component table: every fact hardway knows
@@ -200,8 +202,12 @@ func Components() []Component {
 				// The apiserver would reload it by itself; restarting makes a key
 				// rotation step certain instead of "within a minute".
 				{Path: EncryptionConfig, Kind: SourceEncryptionConfig},
-				// For people on the host (kubectl); the apiserver never reads it.
-				{Path: AdminKubeconfig, Kind: SourceKubeconfig, Name: "admin", NoRestart: true},
+				// For people on the host (kubectl), only when the inventory asks
+				// (pki.adminKubeconfigOnHosts): no component and no hardway step
+				// reads it there — up, verify and the daemon reach the API with the
+				// local one through SSH — and it is system:masters.
+				{Path: AdminKubeconfig, Kind: SourceKubeconfig, Name: "admin", NoRestart: true,
+					onlyIf: func(inv *inventory.Inventory) bool { return inv.PKI.AdminKubeconfigOnHosts }},
 				// Read by no component: kept on every control-plane host, as
 				// kubeadm does, so that 'hardway state pull' finds it there.
 				{Path: FrontProxyCAKey, Kind: SourceKey, Name: "front-proxy-ca", NoRestart: true},

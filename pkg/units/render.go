@@ -235,6 +235,9 @@ func (r *renderer) copied(c Component, h inventory.Host) []File {
 			Source: &Source{Kind: SourceBinary, Name: b.Name}})
 	}
 	for _, f := range c.Files {
+		if f.onlyIf != nil && !f.onlyIf(r.inv) {
+			continue
+		}
 		name := strings.ReplaceAll(f.Name, "{host}", h.Name)
 		mode := ModePublic
 		switch f.Kind {

@@ -421,7 +421,7 @@ func TestRestarts(t *testing.T) {
 	}{
 		{[]string{SchedulerConfig}, []string{Scheduler}},
 		{[]string{CACert, EtcdCACert}, []string{Etcd, APIServer, ControllerManager}},
-		{[]string{BinPath("etcdctl"), AdminKubeconfig}, nil},
+		{[]string{BinPath("etcdctl"), FrontProxyCAKey}, nil},
 		{[]string{UnitPath(Scheduler), ServiceAccountKey}, []string{APIServer, ControllerManager, Scheduler}},
 	} {
 		if got := Restarts(pick(tc.changed...)); !slices.Equal(got, tc.want) {
