@@ -27,6 +27,7 @@ type daemonOptions struct {
 	timeout     time.Duration
 	stopTimeout time.Duration
 	cacheDir    string
+	allowRemote bool
 
 	// Scheduled backups (off unless backupInterval > 0); the keys as
 	// 'hardway backup' takes them.
@@ -41,7 +42,8 @@ type daemonOptions struct {
 func (o *daemonOptions) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.DurationVar(&o.interval, "interval", 60*time.Second, "time between the starts of two runs")
-	f.StringVar(&o.listen, "listen", daemon.DefaultListen, "address of /metrics and /healthz")
+	f.StringVar(&o.listen, "listen", daemon.DefaultListen, "address of /metrics and /healthz (loopback unless --allow-remote-listen)")
+	f.BoolVar(&o.allowRemote, "allow-remote-listen", false, "allow a --listen address that is not loopback: /metrics names every host and certificate, without authentication")
 	f.BoolVar(&o.repair, "repair", false, "re-push drifted files and start failed units, one host at a time")
 	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "time limit per check")
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 20*time.Second, "on SIGTERM, how long a run in progress may finish before it is cancelled")
@@ -109,8 +111,9 @@ hint, and one that passes again. It serves Prometheus metrics on /metrics:
   hardway_etcd_member_healthy{member}, hardway_etcd_member_leader{member}
   hardway_run_duration_seconds, hardway_runs_total, hardway_repairs_total
 
-and /healthz (200 once a run finished). The address is loopback unless
---listen says otherwise: the metrics name every host and certificate.
+and /healthz (200 once a run finished). The address must be loopback: the
+metrics name every host and certificate and have no authentication.
+--allow-remote-listen accepts another address on purpose.
 
 Under systemd (see 'hardway daemon unit') it reports READY=1 after the first
 run, a one-line STATUS=, WATCHDOG=1 while its loop is alive (a run stuck for
@@ -144,6 +147,9 @@ failed) and hardway_backups_total{result}.`,
   curl -s 127.0.0.1:9479/metrics | grep hardway_check_status`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := daemon.CheckListen(o.listen, o.allowRemote); err != nil {
+				return err
+			}
 			cacheDir, err := o.cache()
 			if err != nil {
 				return err
@@ -205,6 +211,9 @@ The SSH key must not need a passphrase: there is no agent under systemd.`,
   systemctl status hardway-daemon     # STATUS: 41 pass, 0 warn, 0 fail in 2.1s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := daemon.CheckListen(o.listen, o.allowRemote); err != nil {
+				return err
+			}
 			inv, err := a.loadInventory()
 			if err != nil {
 				return err
@@ -280,6 +289,9 @@ The SSH key must not need a passphrase: there is no agent under systemd.`,
 					}
 					args = append(args, "--backup-recipients-file", p)
 				}
+			}
+			if o.allowRemote {
+				args = append(args, "--allow-remote-listen")
 			}
 			u, err := daemon.Unit(daemon.UnitConfig{
 				Binary: binary, Args: args, StateDir: st, BackupDir: backupDir, User: userName, Cluster: inv.Cluster,
