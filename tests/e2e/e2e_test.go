@@ -217,13 +217,14 @@ func TestControlPlane(t *testing.T) {
 		}
 		t.Logf("state pull:\n%s", out)
 		// Every file of the lost directory is back, byte for byte, but for
-		// kube-proxy's, which no host holds without workers (issued anew).
+		// kube-proxy's, which no host holds without workers, and admin's,
+		// which no host holds unless pki.adminKubeconfigOnHosts (issued anew).
 		err := filepath.WalkDir(moved, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
 			}
 			rel, _ := filepath.Rel(moved, p)
-			if rel == "lock" || strings.HasPrefix(rel, "logs/") || strings.Contains(rel, "kube-proxy") {
+			if rel == "lock" || strings.HasPrefix(rel, "logs/") || strings.Contains(rel, "kube-proxy") || strings.Contains(rel, "admin.") {
 				return nil
 			}
 			a, _ := os.ReadFile(p)
@@ -436,6 +437,7 @@ systemctl restart ssh`
 
 	e.defragScenarios(t)
 	e.rotateScenarios(t)
+	e.renewScenarios(t)
 
 	t.Run("a host reboot brings every service back", func(t *testing.T) {
 		e.t = t

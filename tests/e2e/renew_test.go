@@ -1,0 +1,233 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// renewScenarios is issue 12 §2's acceptance: `hardway certs renew --all`
+// on a cluster that holds a Secret. A poller asks, every ~200 ms, whether
+// any apiserver answers /readyz and how many etcd members answer; every
+// poll must see a ready apiserver and at least two of the three members
+// (quorum). Afterwards the Secret reads back, every leaf has a new serial —
+// in the state directory and as the apiservers and etcd members serve it —
+// and verify passes. It depends only on the cold up, and leaves the cluster
+// converged.
+func (e *env) renewScenarios(t *testing.T) {
+	kubectl := filepath.Join(e.mirror, "kubernetes/release/v1.36.3/bin/linux/amd64/kubectl")
+	st := filepath.Join(filepath.Dir(e.inv), ".hardway")
+	kc := filepath.Join(st, "kubeconfigs/admin.kubeconfig")
+
+	t.Run("certs renew --all --dry-run plans the roll and changes nothing", func(t *testing.T) {
+		e.t = t
+		before := e.world()
+		code, out, errs := e.hardway("certs", "renew", "--all", "--dry-run", "--cache-dir", e.cacheDir)
+		if code != 0 {
+			t.Fatalf("certs renew --dry-run: exit %d\n%s\n%s", code, out, errs)
+		}
+		for _, want := range []string{
+			"[renew] would reissue",
+			"[push] would controller-2: write /etc/etcd/etcd-server.crt (0644, renewed)",
+			"[etcd] would controller-1: etcd: restart (files changed)",
+			"[control-plane] would controller-3: kube-apiserver: restart (files changed)",
+			"[control-plane] would controller-1: kube-scheduler: restart (files changed)",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the dry run does not plan %q:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, ".service (") {
+			t.Errorf("the dry run pushes a unit:\n%s", out)
+		}
+		after := e.world()
+		for h, b := range before.hosts {
+			if a := after.hosts[h]; a != b {
+				t.Errorf("%s changed:\n%s", h, diffLines(b, a))
+			}
+		}
+		if fmt.Sprint(before.local) != fmt.Sprint(after.local) {
+			t.Errorf("the local directory changed")
+		}
+	})
+
+	t.Run("certs renew --all keeps an apiserver ready and etcd's quorum at every poll; the Secret reads back; serials changed; verify passes", func(t *testing.T) {
+		e.t = t
+		if out, err := exec.Command(kubectl, "--kubeconfig", kc, "create", "secret", "generic", "hardway-e2e-renew",
+			"--from-literal=answer=43").CombinedOutput(); err != nil {
+			t.Fatalf("create secret: %v %s", err, out)
+		}
+		leaves := []string{"admin", "kube-controller-manager", "kube-scheduler", "kube-apiserver", "apiserver-kubelet-client",
+			"apiserver-etcd-client", "front-proxy-client"}
+		for _, h := range e.res.Hosts {
+			leaves = append(leaves, "etcd-server-"+h.Name, "etcd-peer-"+h.Name)
+		}
+		before := map[string]string{}
+		for _, n := range leaves {
+			before[n] = serialOf(t, filepath.Join(st, "pki", n+".crt"))
+		}
+		served := e.servedSerials(t, st)
+		for k, v := range served {
+			if want := before[strings.SplitN(k, "@", 2)[0]]; v != want {
+				t.Fatalf("%s serves serial %s, the state directory has %s", k, v, want)
+			}
+		}
+
+		p := e.startPoller(t)
+		code, out, errs := e.hardway("certs", "renew", "--all", "--cache-dir", e.cacheDir)
+		polls, bad := p.stop()
+		t.Logf("certs renew:\n%s", out)
+		t.Logf("%d polls during the renewal, %d bad", polls, len(bad))
+		if code != 0 {
+			t.Fatalf("certs renew --all: exit %d\n%s\n%s", code, out, errs)
+		}
+		if polls < 20 || len(bad) > 0 {
+			t.Errorf("%d polls, %d without a ready apiserver or an etcd quorum:\n  %s", polls, len(bad), strings.Join(bad, "\n  "))
+		}
+
+		got, err := exec.Command(kubectl, "--kubeconfig", kc, "get", "secret", "hardway-e2e-renew",
+			"-o", "jsonpath={.data.answer}").CombinedOutput()
+		if err != nil || string(got) != "NDM=" {
+			t.Errorf("the Secret after renew: %v %q", err, got)
+		}
+		for _, n := range leaves {
+			if s := serialOf(t, filepath.Join(st, "pki", n+".crt")); s == before[n] {
+				t.Errorf("%s: serial %s unchanged", n, s)
+			}
+		}
+		// What the services serve now is the new certificate: they were
+		// restarted, not only given new files.
+		for k, v := range e.servedSerials(t, st) {
+			name := strings.SplitN(k, "@", 2)[0]
+			if v == before[name] || v != serialOf(t, filepath.Join(st, "pki", name+".crt")) {
+				t.Errorf("%s serves serial %s (before %s)", k, v, before[name])
+			}
+		}
+		if f := failures(e.verify()); len(f) > 0 {
+			t.Fatalf("verify after certs renew:\n  %s", strings.Join(f, "\n  "))
+		}
+		exec.Command(kubectl, "--kubeconfig", kc, "delete", "secret", "hardway-e2e-renew").Run()
+	})
+}
+
+// serialOf is the serial number of the certificate in a PEM file.
+func serialOf(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		t.Fatalf("%s: no PEM block", path)
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return c.SerialNumber.Text(16)
+}
+
+// servedSerials is the serial of the certificate each apiserver and each
+// etcd member presents, by "<leaf>@<host>", read over TLS from this
+// machine (the lab's bridge reaches the hosts).
+func (e *env) servedSerials(t *testing.T, st string) map[string]string {
+	t.Helper()
+	client, err := tls.LoadX509KeyPair(filepath.Join(st, "pki/apiserver-etcd-client.crt"), filepath.Join(st, "pki/apiserver-etcd-client.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, h := range e.res.Hosts {
+		for leaf, port := range map[string]string{"kube-apiserver": "6443", "etcd-server-" + h.Name: "2379"} {
+			d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second},
+				Config: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{client}}} // #nosec: only the serial is read
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(h.Address, port))
+			cancel()
+			if err != nil {
+				t.Fatalf("%s:%s: %v", h.Name, port, err)
+			}
+			cs := c.(*tls.Conn).ConnectionState()
+			out[leaf+"@"+h.Name] = cs.PeerCertificates[0].SerialNumber.Text(16)
+			c.Close()
+		}
+	}
+	return out
+}
+
+// poller asks, every ~200 ms, from controller-1 (one SSH command per poll):
+// does any apiserver answer /readyz with ok, and how many etcd members
+// answer a status request. It runs until stop, at most 15 minutes.
+type poller struct {
+	done  chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	polls int
+	bad   []string
+}
+
+func (e *env) startPoller(t *testing.T) *poller {
+	t.Helper()
+	var ips, eps []string
+	for _, h := range e.res.Hosts {
+		ips = append(ips, h.Address)
+		eps = append(eps, "https://"+net.JoinHostPort(h.Address, "2379"))
+	}
+	// The poller's own etcd client certificate: a copy taken before the
+	// renewal (the old one stays valid: same CA), so that the renewal of
+	// the host's copy never shows as a lost quorum.
+	setup := "install -m 0600 /var/lib/kubernetes/apiserver-etcd-client.crt /root/e2e-poll.crt && " +
+		"install -m 0600 /var/lib/kubernetes/apiserver-etcd-client.key /root/e2e-poll.key"
+	if out, err := e.ssh("controller-1", setup); err != nil {
+		t.Fatalf("poller setup: %v %s", err, out)
+	}
+	script := fmt.Sprintf(`r=0; for ip in %s; do if [ "$(curl -sk --max-time 2 https://$ip:6443/readyz)" = ok ]; then r=1; break; fi; done
+n=$(etcdctl --endpoints %s --cacert /etc/etcd/ca.crt --cert /root/e2e-poll.crt --key /root/e2e-poll.key --dial-timeout 1s --command-timeout 2s endpoint status -w simple 2>/dev/null | grep -c '^https://')
+echo "ready=$r members=$n"`, strings.Join(ips, " "), strings.Join(eps, ","))
+	p := &poller{done: make(chan struct{})}
+	deadline := time.Now().Add(15 * time.Minute)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for time.Now().Before(deadline) {
+			select {
+			case <-p.done:
+				return
+			default:
+			}
+			at := time.Now().Format("15:04:05.000")
+			out, err := e.ssh("controller-1", script)
+			line := strings.TrimSpace(out)
+			p.mu.Lock()
+			p.polls++
+			var members int
+			var ready int
+			if _, serr := fmt.Sscanf(line, "ready=%d members=%d", &ready, &members); err != nil || serr != nil || ready != 1 || members < 2 {
+				p.bad = append(p.bad, fmt.Sprintf("%s: %q (%v)", at, line, err))
+			}
+			p.mu.Unlock()
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	return p
+}
+
+// stop ends the poller and returns the number of polls and the bad ones.
+func (p *poller) stop() (int, []string) {
+	close(p.done)
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.polls, p.bad
+}
