@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"fmt"
+	"net/netip"
 	"net/url"
 	"regexp"
 )
@@ -39,5 +40,24 @@ func (l *loader) validateTransport(inv *Inventory) {
 }
 
 // sshUser is a conservative POSIX user name (what useradd accepts by
-// default): it is printed into commands and hints, and passed to ssh.
+// default, without a trailing $): it is printed into commands and hints,
+// and passed to ssh, so nothing in it may mean something to a shell.
 var sshUser = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+
+// validateSSHUser refuses a user name outside sshUser, in ssh.user, a
+// host's ssh.user and the user part of a bastion.
+func (l *loader) validateSSHUser(path, user string) {
+	if user == "" || sshUser.MatchString(user) {
+		return
+	}
+	l.errorf(path, "a POSIX user name: lower-case letters, digits, '_' and '-', starting with a letter or '_', at most 32",
+		"%q is not a safe user name", user)
+}
+
+// hasZone reports whether an address carries an IPv6 zone (fe80::1%eth0):
+// a zone names an interface of one machine, means nothing to the other
+// hosts, certificates or etcd's peer URLs, and its '%' breaks URLs.
+func hasZone(a string) bool {
+	ip, err := netip.ParseAddr(a)
+	return err == nil && ip.Zone() != ""
+}

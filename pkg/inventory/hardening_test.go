@@ -49,3 +49,32 @@ func TestPlainHTTPMirrors(t *testing.T) {
 		t.Errorf("warnings %v", inv.Warnings)
 	}
 }
+
+// IPv6 zones and user names a shell would read are refused wherever they
+// can be written; plain IPv6 and ordinary user names are fine.
+func TestZonesAndUserNames(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"controlPlane:\n  - {name: c1, address: \"fe80::1%eth0\"}\n", `controlPlane[0].address: "fe80::1%eth0" has an IPv6 zone`},
+		{"controlPlane:\n  - {name: c1, address: 10.240.0.11, internalAddress: \"fe80::2%25eth1\"}\n", `controlPlane[0].internalAddress: "fe80::2%25eth1" has an IPv6 zone`},
+		{"ssh:\n  user: \"root; rm -rf /\"\n" + good, `ssh.user: "root; rm -rf /" is not a safe user name`},
+		{"ssh:\n  user: \"$(id)\"\n" + good, `ssh.user: "$(id)" is not a safe user name`},
+		{"ssh:\n  user: Admin\n" + good, `ssh.user: "Admin" is not a safe user name`},
+		{"ssh:\n  user: -oProxyCommand=x\n" + good, `ssh.user: "-oProxyCommand=x" is not a safe user name`},
+		{"ssh:\n  bastion: \"a b@jump:22\"\n" + good, `ssh.bastion: "a b" is not a safe user name`},
+		{"ssh:\n  bastion: \"[fe80::1%eth0]:22\"\n" + good, `ssh.bastion: "[fe80::1%eth0]:22" has an IPv6 zone`},
+		{"controlPlane:\n  - {name: c1, address: 10.240.0.11, ssh: {user: \"x'y\"}}\n", `controlPlane[0].ssh.user: "x'y" is not a safe user name`},
+	} {
+		_, probs := parse(t, tc.src)
+		found := false
+		for _, p := range probs {
+			found = found || strings.Contains(p.String(), tc.want)
+		}
+		if !found {
+			t.Errorf("%q: want %q in %v", tc.src, tc.want, probs)
+		}
+	}
+	ok := "ssh:\n  user: deploy_01\n  bastion: ops-user@jump.example.org:2222\ncontrolPlane:\n  - {name: c1, address: \"fd00::11\", ssh: {user: _svc-k8s}}\n  - {name: c2, address: \"2001:db8::12\"}\n  - {name: c3, address: 10.240.0.13}\n"
+	if _, probs := parse(t, ok); len(probs) > 0 {
+		t.Errorf("%v", probs)
+	}
+}

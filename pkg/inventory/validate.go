@@ -260,10 +260,15 @@ func (l *loader) validateSSH(path string, s SSH) {
 	if s.Port != 0 && (s.Port < 1 || s.Port > 65535) {
 		l.errorf(path+".port", "", "%d is not a TCP port", s.Port)
 	}
+	l.validateSSHUser(path+".user", s.User)
 	if s.Bastion != "" {
 		hp := s.Bastion
 		if i := strings.LastIndex(hp, "@"); i >= 0 {
+			l.validateSSHUser(path+".bastion", hp[:i])
 			hp = hp[i+1:]
+		}
+		if h, _, _ := splitHostPortDefault(hp, 22); hasZone(h) {
+			l.errorf(path+".bastion", "write the address without %zone", "%q has an IPv6 zone", s.Bastion)
 		}
 		host, port, err := splitHostPortDefault(hp, 22)
 		if err != nil || host == "" || port < 1 || port > 65535 {
@@ -316,6 +321,11 @@ func (l *loader) checkAddr(inv *Inventory, path, a string, required bool, seen m
 	ip, err := netip.ParseAddr(a)
 	if err != nil {
 		l.errorf(path, "write an IPv4 or IPv6 address such as 10.240.0.11", "%q is not an IP address", a)
+		return
+	}
+	if ip.Zone() != "" {
+		l.errorf(path, "write a global or unique-local address without %zone (a zone names an interface of one machine; certificates, etcd and the other hosts cannot use it)",
+			"%q has an IPv6 zone", a)
 		return
 	}
 	if prev, dup := seen[ip.String()]; dup {

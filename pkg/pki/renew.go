@@ -25,11 +25,9 @@ import (
 // name is a usage error that lists what can be renewed.
 func ResolveLeaves(inv *inventory.Inventory, names []string, all bool) ([]Entry, error) {
 	entries := Entries(inv)
-	var leaves, cas []string
+	var leaves []string
 	for _, e := range entries {
-		if e.IsCA() {
-			cas = append(cas, e.Name)
-		} else {
+		if !e.IsCA() {
 			leaves = append(leaves, e.Name)
 		}
 	}
