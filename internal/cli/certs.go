@@ -149,7 +149,7 @@ warnings alone exit 0. 'hardway pki' fixes everything but a CA problem.`,
 				}
 			}
 			if failed > 0 {
-				hint := fmt.Sprintf("run 'hardway pki -i %s' to create or reissue them; a CA problem needs your backup or --replace-ca", a.InventoryPath)
+				hint := fmt.Sprintf("to create or reissue them, run: hardway pki -i %s (a CA problem needs your backup or --replace-ca)", usererr.Quote(a.InventoryPath))
 				if h := pki.CheckHint(inv, dir, pki.CheckResult{}); strings.Contains(h, "state pull") {
 					hint = h
 				}

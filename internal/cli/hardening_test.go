@@ -29,3 +29,26 @@ func TestDaemonListenLoopbackOnly(t *testing.T) {
 		t.Errorf("unit: exit %d\n%s\n%s", code, out, stderr)
 	}
 }
+
+// A value printed into a command hint is one shell word: an inventory path
+// with a space comes out quoted.
+func TestHintQuotesPaths(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "my cluster")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inv := filepath.Join(dir, "inventory.yaml")
+	if err := os.WriteFile(inv, []byte("controlPlane:\n  - {name: c1, address: 10.240.0.11}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := run(t, "pki", "-i", inv); code != 0 {
+		t.Fatalf("pki: %d %s", code, stderr)
+	}
+	if err := os.Remove(filepath.Join(dir, ".hardway/pki/admin.crt")); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := run(t, "certs", "check", "-i", inv)
+	if code != 1 || !strings.Contains(stderr, "hardway pki -i '"+inv+"'") {
+		t.Errorf("exit %d\n%s", code, stderr)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/runlog"
 	"github.com/hardway/hardway/pkg/state"
+	"github.com/hardway/hardway/pkg/usererr"
 )
 
 type upOptions struct {
@@ -206,7 +207,7 @@ func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir,
 		fmt.Fprintf(out, "%d changes applied in %s\n", res.Changes(), time.Since(start).Round(time.Second))
 	}
 	if !o.dryRun {
-		fmt.Fprintf(out, "\nnext:\n  hardway verify -i %s\n  export KUBECONFIG=%s\n  kubectl get --raw /readyz\n", a.InventoryPath, st.Kubeconfig("admin"))
+		fmt.Fprintf(out, "\nnext:\n  hardway verify -i %s\n  export KUBECONFIG=%s\n  kubectl get --raw /readyz\n", usererr.Quote(a.InventoryPath), usererr.Quote(st.Kubeconfig("admin")))
 	}
 	return nil
 }

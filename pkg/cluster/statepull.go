@@ -386,6 +386,9 @@ func pullMissingHint(missing, cps []string, from string) string {
 	}
 	hint := "try another control-plane host"
 	if len(others) > 0 {
+		for i := range others {
+			others[i] = usererr.Quote(others[i])
+		}
 		hint += " (--from " + strings.Join(others, ", --from ") + ")"
 	}
 	if slices.Contains(missing, "pki/front-proxy-ca.key") {

@@ -17,6 +17,7 @@ import (
 	"github.com/hardway/hardway/pkg/podnet"
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/units"
+	"github.com/hardway/hardway/pkg/usererr"
 	"github.com/hardway/hardway/pkg/verify"
 )
 
@@ -120,7 +121,7 @@ func (c *Cluster) checkWorker(ctx context.Context, w inventory.Host) []verify.Re
 	if len(bad) > 0 {
 		hint := "'hardway up' writes the CNI config and registers the Node with the allocated subnet"
 		if node != nil && node.Spec.PodCIDR != "" && node.Spec.PodCIDR != want {
-			hint = fmt.Sprintf("spec.podCIDR is immutable: 'kubectl delete node %s', then 'hardway up' registers it again with %s", w.Name, want)
+			hint = fmt.Sprintf("spec.podCIDR is immutable: 'kubectl delete node %s', then 'hardway up' registers it again with %s", usererr.Quote(w.Name), want)
 		}
 		out = append(out, res("worker/podcidr", verify.Failf(w.Name, hint, "allocated %s, but %s", want, strings.Join(bad, "; "))))
 	} else {
@@ -327,7 +328,7 @@ func (c *Cluster) checkNodes(ctx context.Context) []verify.Result {
 			if !have[name] {
 				out = append(out, verify.Result{Check: "nodes/calico", Host: name, Status: verify.Fail,
 					Message: fmt.Sprintf("Calico node %s has no Node: a new node with its address fails with \"already using the IPv4 address\"", name),
-					Hint:    fmt.Sprintf("kubectl delete %s %s (or calicoctl delete node %s); its IPAM blocks are released with it", resource, name, name)})
+					Hint:    fmt.Sprintf("kubectl delete %s %s (or calicoctl delete node %s); its IPAM blocks are released with it", resource, usererr.Quote(name), usererr.Quote(name))})
 			}
 		}
 	}

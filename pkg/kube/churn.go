@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/hardway/hardway/pkg/usererr"
 )
 
 // StaleNodes are the Nodes whose names are not in known, sorted.
@@ -40,7 +42,8 @@ func HardwayWorker(n corev1.Node, pod netip.Prefix) bool {
 // RemoveCommand is what a user runs to remove a stale Node by hand: drain
 // it, stop its kubelet (a running kubelet registers the Node again), delete.
 func RemoveCommand(name string) string {
-	return fmt.Sprintf("kubectl drain %s --ignore-daemonsets --delete-emptydir-data --force; on %s: systemctl disable --now kubelet kube-proxy; kubectl delete node %s", name, name, name)
+	q := usererr.Quote(name)
+	return fmt.Sprintf("kubectl drain %s --ignore-daemonsets --delete-emptydir-data --force; on %s: systemctl disable --now kubelet kube-proxy; kubectl delete node %s", q, q, q)
 }
 
 // Drain cordons the Node and evicts its pods (DaemonSet and static pods

@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/hardway/hardway/pkg/usererr"
 )
 
 // NotReadyTaint is the taint the node lifecycle controller puts on a node
@@ -151,7 +153,7 @@ func IPPoolProblems(list []byte, podCIDR, serviceCIDR netip.Prefix, hosts map[st
 		out = append(out, NodeProblem{
 			Reason: fmt.Sprintf("%s cidr %s %s", name, p, strings.Join(why, "; ")),
 			Hint: fmt.Sprintf("give Calico network.podCIDR (CALICO_IPV4POOL_CIDR=%s, or the operator's Installation ipPools) and delete the wrong pool with 'kubectl delete ippools.crd.projectcalico.org %s' before pods use it",
-				podCIDR, it.Metadata.Name),
+				podCIDR, usererr.Quote(it.Metadata.Name)),
 		})
 	}
 	return out, nil

@@ -193,10 +193,10 @@ func (l *Lab) checkFree() error {
 	if s, err := loadState(l.statePath()); err != nil {
 		return err
 	} else if s != nil {
-		return usererr.Errorf("stop it first: hardway lab down --prefix "+l.cfg.Prefix,
+		return usererr.Errorf("stop it first: hardway lab down --prefix "+usererr.Quote(l.cfg.Prefix),
 			"lab %q is already up (or crashed): state in %s", l.cfg.Prefix, l.statePath())
 	}
-	hint := "pick another with --net and --prefix, or stop the lab that uses it: hardway lab down --prefix " + l.cfg.Prefix
+	hint := "pick another with --net and --prefix, or stop the lab that uses it: hardway lab down --prefix " + usererr.Quote(l.cfg.Prefix)
 	if linkExists(l.bridge()) {
 		return usererr.Errorf(hint, "bridge %s already exists", l.bridge())
 	}
@@ -225,12 +225,12 @@ func (l *Lab) clientKey() (ed25519.PrivateKey, error) {
 	if b, err := os.ReadFile(path); err == nil {
 		k, err := ssh.ParseRawPrivateKey(b)
 		if err != nil {
-			return nil, usererr.Errorf("remove it to get a new one: rm "+path, "lab key %s: %w", path, err)
+			return nil, usererr.Errorf("remove it to get a new one: rm "+usererr.Quote(path), "lab key %s: %w", path, err)
 		}
 		if ek, ok := k.(*ed25519.PrivateKey); ok {
 			return *ek, nil
 		}
-		return nil, usererr.Errorf("remove it to get a new one: rm "+path, "lab key %s is not an ed25519 key", path)
+		return nil, usererr.Errorf("remove it to get a new one: rm "+usererr.Quote(path), "lab key %s is not an ed25519 key", path)
 	}
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {

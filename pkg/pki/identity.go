@@ -79,7 +79,7 @@ func shortList(files []string) string {
 func PullHint(inv *inventory.Inventory) string {
 	host := "<control-plane host>"
 	if inv != nil && len(inv.ControlPlane) > 0 {
-		host = inv.ControlPlane[0].Name
+		host = usererr.Quote(inv.ControlPlane[0].Name)
 	}
 	return fmt.Sprintf("the hosts still hold it: 'hardway state pull --from %s' rebuilds the state directory from them\n"+
 		"(or restore your backup of the state directory)", host)

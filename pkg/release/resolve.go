@@ -206,7 +206,7 @@ func (r *resolver) resolve(ctx context.Context) (*Set, error) {
 		v := k8sReq.V
 		if k8sReq.Minor {
 			if o.Offline {
-				return nil, notCached(usererr.Errorf("write an exact kubernetesVersion, or run 'hardway fetch' once with network access to pin the minor in "+o.LockPath,
+				return nil, notCached(usererr.Errorf("write an exact kubernetesVersion, or run 'hardway fetch' once with network access to pin the minor in "+usererr.Quote(o.LockPath),
 					"kubernetes %s is a minor, and resolving it needs the mirror; --offline has no lock to read it from", o.Kubernetes))
 			}
 			if v, err = r.f.resolveMinor(ctx, o.KubernetesMirror, k8sReq); err != nil {
@@ -271,7 +271,7 @@ func (r *resolver) resolve(ctx context.Context) (*Set, error) {
 // checkLockVersions refuses to use a lock pinned to other versions than
 // the inventory asks for: moving is done on purpose, with --update-lock.
 func checkLockVersions(l *Lock, lockPath string, k8s, etcd Requested, arch string) error {
-	hint := "to move to what the inventory says, run 'hardway fetch --update-lock' and commit " + lockPath +
+	hint := "to move to what the inventory says, run 'hardway fetch --update-lock' and commit " + usererr.Quote(lockPath) +
 		"; to stay, set the inventory back to what the lock pins"
 	lk, err := version.NewSemver(strings.TrimPrefix(l.Kubernetes, "v"))
 	if err != nil {
@@ -369,7 +369,7 @@ func checkLockEntries(l *Lock, lockPath string, specs []spec) error {
 		if !ok {
 			continue
 		}
-		hint := "to move to what the inventory says, run 'hardway fetch --update-lock' and commit " + lockPath +
+		hint := "to move to what the inventory says, run 'hardway fetch --update-lock' and commit " + usererr.Quote(lockPath) +
 			"; to stay, set the inventory back to what the lock pins"
 		if e.Version != s.Version {
 			return usererr.Errorf(hint, "the inventory asks for %s %s but %s pins %s", s.Name, s.Version, lockPath, e.Version)

@@ -51,7 +51,7 @@ func newHostKeyChecker(cfg *Config) (*hostKeyChecker, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		hk.check = nil
 	} else if err != nil {
-		return nil, usererr.Errorf("fix or remove the bad line in "+hk.file, "known_hosts: %w", err)
+		return nil, usererr.Errorf("fix or remove the bad line in "+Quote(hk.file), "known_hosts: %w", err)
 	}
 	hk.restrictAlgorithms(cfg.addr())
 	return hk, nil

@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/hardway/hardway/pkg/usererr"
 )
 
 // Host runs shell commands on one machine.
@@ -84,15 +86,9 @@ func headLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// Quote quotes s for a POSIX shell.
-func Quote(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=@%+,", r))
-	}) < 0 {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
+// Quote quotes s for a POSIX shell (usererr.Quote: the same quoting for
+// the commands hardway runs and the ones its hints print).
+func Quote(s string) string { return usererr.Quote(s) }
 
 // ForEach calls fn for every item with at most limit calls running at once
 // (limit <= 0: no limit). A failure on one host does not stop the others: an

@@ -446,8 +446,8 @@ func (h *SSHHost) run(ctx context.Context, cmd string, stdin io.Reader) ([]byte,
 	if h.cfg.Sudo && h.cfg.user() != "root" && strings.Contains(ee.Stderr, "sudo:") &&
 		(strings.Contains(ee.Stderr, "a password is required") || strings.Contains(ee.Stderr, "a terminal is required")) {
 		return stdout.Bytes(), stderr.String(), usererr.New(fmt.Errorf("%s: sudo for %s needs a password: %w", h.Name(), h.cfg.user(), ee),
-			fmt.Sprintf("hardway runs `sudo -n`: allow it without a password on %s, e.g. echo '%s ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/hardway, or connect as root",
-				h.Name(), h.cfg.user()))
+			fmt.Sprintf("hardway runs `sudo -n`: allow it without a password on %s, e.g. echo %s > /etc/sudoers.d/hardway, or connect as root",
+				Quote(h.Name()), Quote(h.cfg.user()+" ALL=(ALL) NOPASSWD: ALL")))
 	}
 	return stdout.Bytes(), stderr.String(), ee
 }
