@@ -16,7 +16,7 @@ import (
 func (a *App) newCertsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "certs",
-		Short: "Inspect the certificates in the state directory",
+		Short: "Inspect the certificates in the state directory, and renew them without downtime",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cmd.Help()
@@ -106,7 +106,8 @@ not base64 of the right length is an error with its file:line) and the
 kubeconfigs (embedding the current certificates).
 
 Exit status 1 when anything is missing, expired, broken or not covering;
-warnings alone exit 0. 'hardway pki' fixes everything but a CA problem.`,
+warnings alone exit 0. 'hardway pki' fixes everything but a CA problem;
+'hardway certs renew NAME' reissues a leaf now and rolls it out to the hosts.`,
 		Example: `  hardway certs check -i inventory.yaml
   hardway certs check -i inventory.yaml -o json | jq '.[] | select(.status != "ok")'`,
 		Args: cobra.NoArgs,
