@@ -2,8 +2,13 @@ package cluster
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"os"
 	"slices"
 	"strings"
@@ -12,6 +17,8 @@ import (
 
 	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/state"
+	"github.com/hardway/hardway/pkg/verify"
 )
 
 // certs renew plans, from a converged cluster with an unrelated drift: the
@@ -186,4 +193,79 @@ func TestOldAdminKubeconfigRemoved(t *testing.T) {
 	if n != 3 {
 		t.Errorf("admin kubeconfig pushed to %d hosts, want 3", n)
 	}
+}
+
+// verify's (and so the daemon's) findings about a leaf's expiry name the
+// command that fixes it.
+func TestExpiryFindingsNameCertsRenew(t *testing.T) {
+	inv := threeHosts(t)
+	st := generated(t, inv)
+	fc := newFakeCluster(t, inv, Options{State: st}, models(inv, runningHost))
+	for _, tc := range []struct {
+		name      string
+		notBefore time.Time
+		notAfter  time.Time
+		status    verify.Status
+	}{
+		{"in the renewal window", time.Now().Add(-355 * 24 * time.Hour), time.Now().Add(10 * 24 * time.Hour), verify.Warn},
+		{"expired", time.Now().Add(-400 * 24 * time.Hour), time.Now().Add(-24 * time.Hour), verify.Fail},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			writeLeaf(t, st, "kube-scheduler", "system:kube-scheduler", tc.notBefore, tc.notAfter)
+			var got []verify.Result
+			for _, r := range fc.checkPKI(context.Background()) {
+				// (Its kubeconfig, now out of date, is another finding.)
+				if strings.HasPrefix(r.Message, "kube-scheduler:") && !strings.Contains(r.Message, "out of date") {
+					got = append(got, r)
+				}
+			}
+			if len(got) != 1 || got[0].Status != tc.status || !strings.Contains(got[0].Hint, "hardway certs renew kube-scheduler") {
+				t.Errorf("%+v", got)
+			}
+		})
+	}
+}
+
+// writeLeaf signs a client certificate for name with the CA in st, valid
+// from notBefore to notAfter, and writes it with a new key.
+func writeLeaf(t *testing.T, st state.Dir, name, cn string, notBefore, notAfter time.Time) {
+	t.Helper()
+	caCert := parsePEMCert(t, st.Cert("ca"))
+	kb, _ := os.ReadFile(st.Key("ca"))
+	blk, _ := pem.Decode(kb)
+	var caKey any
+	var err error
+	if caKey, err = x509.ParsePKCS8PrivateKey(blk.Bytes); err != nil {
+		if caKey, err = x509.ParseECPrivateKey(blk.Bytes); err != nil {
+			t.Fatalf("ca key: %v", err)
+		}
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: notBefore, NotAfter: notAfter, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, _ := x509.MarshalECPrivateKey(key)
+	os.WriteFile(st.Key(name), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+	os.WriteFile(st.Cert(name), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+}
+
+func parsePEMCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
