@@ -122,7 +122,7 @@ func TestCertsCheckCommand(t *testing.T) {
 	b, _ := os.ReadFile(inv)
 	os.WriteFile(inv, []byte(strings.Replace(string(b), "10.240.0.12", "10.240.0.13", 1)), 0o644)
 	code, out, stderr = run(t, "certs", "check", "-i", inv, "--state", st, "-o", "json")
-	if code != 1 || !strings.Contains(stderr, "3 of 26 entries failed") || !strings.Contains(stderr, "hint:  run 'hardway pki") {
+	if code != 1 || !strings.Contains(stderr, "3 of 26 entries failed") || !strings.Contains(stderr, "hint:  to create or reissue them, run: hardway pki -i ") {
 		t.Errorf("exit %d: %s", code, stderr)
 	}
 	var rs []pki.CheckResult
