@@ -26,20 +26,20 @@ import (
 const StepRenew = "renew"
 
 // RenewSteps are the steps of `hardway certs renew` for the leaves in
-// Options.Renew: up's, with the renew step in the place of pki and no rbac
-// step (the renewed certificates keep their subjects).
+// Options.Renew: up's, with the renew step in the place of pki. The rbac
+// step stays: a kubelet client certificate an earlier hardway issued in
+// system:masters is renewed without the group, and from then on only the
+// binding naming its CN lets the apiserver reach the kubelets (it reads
+// the binding and applies it only when it differs).
 func (c *Cluster) RenewSteps() []plan.Step {
 	var steps []plan.Step
 	for _, s := range c.upSteps() {
-		switch s.Name {
-		case StepPKI:
-			steps = append(steps, plan.Step{Name: StepRenew,
+		if s.Name == StepPKI {
+			s = plan.Step{Name: StepRenew,
 				Doc:  "reissue the named leaf certificates from the existing CAs; rewrite the kubeconfigs that embed them",
-				Plan: c.planRenew})
-		case StepRBAC:
-		default:
-			steps = append(steps, s)
+				Plan: c.planRenew}
 		}
+		steps = append(steps, s)
 	}
 	return c.guarded(steps)
 }

@@ -41,7 +41,7 @@ func TestRenewPlan(t *testing.T) {
 	for _, s := range fc.RenewSteps() {
 		names = append(names, s.Name)
 	}
-	if want := []string{StepPreflight, StepIdentity, StepRenew, StepFetch, StepRender, StepPush, StepEtcd, StepControlPlane, "workers"}; !slices.Equal(names, want) {
+	if want := []string{StepPreflight, StepIdentity, StepRenew, StepFetch, StepRender, StepPush, StepEtcd, StepControlPlane, StepRBAC, "workers"}; !slices.Equal(names, want) {
 		t.Fatalf("steps %v, want %v", names, want)
 	}
 
