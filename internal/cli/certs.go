@@ -43,6 +43,8 @@ the existing CAs, now, and rolls them out:
   control-plane  apiserver, controller-manager, scheduler, host by host, each
                  waiting for /readyz or /healthz before the next: an
                  apiserver answers at every moment
+  rbac           the binding that lets the apiserver reach the kubelets by
+                 its certificate's CN (read; applied only when it differs)
   workers        kubelet and kube-proxy, one worker at a time, each waiting
                  for its Node to be Ready
 
