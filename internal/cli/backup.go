@@ -189,7 +189,7 @@ check goes to a private temporary directory and is removed.`,
 			if err := checkOutputFlag(output); err != nil {
 				return err
 			}
-			ids, err := k.keys(a).DecryptWith()
+			ids, err := a.decryptKeys(k, args[0])
 			if err != nil {
 				return err
 			}
@@ -278,6 +278,16 @@ prompt; a backup made for age keys needs --identity FILE.`,
 	return cmd
 }
 
+// decryptKeys are the identities for file: none for a plain .tar.gz (no
+// prompt then), else the identity files and the passphrase.
+func (a *App) decryptKeys(k keyFlags, file string) ([]age.Identity, error) {
+	enc, err := backup.Encrypted(file)
+	if err != nil || !enc {
+		return nil, err
+	}
+	return k.keys(a).DecryptWith()
+}
+
 // restoreResult is restore's -o json.
 type restoreResult struct {
 	Backup   backup.Manifest `json:"backup"`
@@ -299,7 +309,7 @@ func (a *App) runRestore(cmd *cobra.Command, o restoreOptions) error {
 		out = a.Stderr
 	}
 	// 1. The backup, all of it, before anything else.
-	ids, err := o.keys(a).DecryptWith()
+	ids, err := a.decryptKeys(o.keyFlags, o.from)
 	if err != nil {
 		return err
 	}

@@ -139,6 +139,9 @@ func TestRoundTripPassphrase(t *testing.T) {
 	if !strings.HasSuffix(res.Path, ".tar.gz.age") || !strings.HasPrefix(filepath.Base(res.Path), "hardway-backup-lab-") {
 		t.Errorf("name %s", res.Path)
 	}
+	if enc, err := Encrypted(res.Path); err != nil || !enc {
+		t.Errorf("Encrypted(age) = %v, %v", enc, err)
+	}
 	raw, _ := os.ReadFile(res.Path)
 	if bytes.Contains(raw, []byte("CA KEY")) || !bytes.HasPrefix(raw, []byte("age-encryption.org/v1\n")) {
 		t.Fatal("the file is not encrypted")
@@ -255,6 +258,9 @@ func TestNoKeyIsRefusedUnlessPlaintext(t *testing.T) {
 	}
 	if res.Encrypted || !strings.HasSuffix(res.Path, ".tar.gz") {
 		t.Errorf("%+v", res)
+	}
+	if enc, err := Encrypted(res.Path); err != nil || enc {
+		t.Errorf("Encrypted(plain) = %v, %v", enc, err)
 	}
 	if _, err := Verify(res.Path, nil, t.TempDir()); err != nil {
 		t.Fatal(err)

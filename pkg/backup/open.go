@@ -140,7 +140,7 @@ func damaged(path string, err error, atEOF bool) error {
 func (a *Archive) extract(r io.Reader) error {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
-		return fmt.Errorf("gzip: %w", err)
+		return err // gzip's own errors say "gzip:"; age's say what they are
 	}
 	tr := tar.NewReader(gz)
 	hdr, err := tr.Next()
@@ -283,6 +283,21 @@ func (a *Archive) Has(name string) bool {
 		}
 	}
 	return false
+}
+
+// Encrypted says whether path is an age-encrypted backup (false for a plain
+// .tar.gz), so that a caller asks for a passphrase only when one is needed.
+// It reads the first bytes only; Open checks the rest.
+func Encrypted(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, usererr.New(fmt.Errorf("backup: %w", err), "give the file 'hardway backup' wrote: --from FILE")
+	}
+	defer f.Close()
+	head := make([]byte, 64)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	return !bytes.HasPrefix(head, []byte{0x1f, 0x8b}), nil
 }
 
 // Verify opens path, checks all of it and removes what it extracted.
