@@ -53,7 +53,9 @@ func (c *Cluster) alarmResult(alarms []string, err error, ms []memberState) veri
 	}
 	if len(noSpace) > 0 {
 		q := "etcd's default 2 GiB (hardway sets no --quota-backend-bytes)"
+		near := int64(2 << 30)
 		if quota > 0 {
+			near = quota
 			q = fmt.Sprintf("%s (--quota-backend-bytes; hardway sets none, so etcd's default)", Bytes(quota))
 		}
 		msgs = append(msgs, fmt.Sprintf("NOSPACE raised by %s: a database file reached the quota, %s; the largest file is %s. etcd takes reads and deletes, no writes: the apiservers cannot store anything",
@@ -62,7 +64,7 @@ func (c *Cluster) alarmResult(alarms []string, err error, ms []memberState) veri
 			"1) 'hardway etcd compact"+inv+"' (compacts to the current revision: old versions become free pages); "+
 			"2) 'hardway etcd defrag"+inv+" --all' (every member, one at a time, the leader last: shrinks each file); "+
 			"3) 'hardway etcd disarm"+inv+"', or on a control-plane host: '"+etcdctlCmd+" alarm disarm'; "+
-			"4) check the quota: 'hardway etcd status"+inv+"' — if IN USE stays near "+Bytes(max(quota, 2<<30))+
+			"4) check the quota: 'hardway etcd status"+inv+"' — if IN USE stays near "+Bytes(near)+
 			" the data really fills it: find what grew ('kubectl get --raw /metrics | grep apiserver_storage_size_bytes') and delete it, or raise --quota-backend-bytes on every member (at most 8 GiB)")
 	}
 	if len(corrupt) > 0 {

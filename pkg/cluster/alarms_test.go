@@ -43,6 +43,7 @@ func TestNoSpaceDiagnosis(t *testing.T) {
 		"3) 'hardway etcd disarm -i /home/me/inventory.yaml', or on a control-plane host: 'etcdctl --endpoints https://127.0.0.1:2379 --cacert /etc/etcd/ca.crt",
 		"alarm disarm'",
 		"4) check the quota: 'hardway etcd status -i /home/me/inventory.yaml'",
+		"if IN USE stays near 40.0 MiB",
 		"--quota-backend-bytes",
 	}
 	at := 0
