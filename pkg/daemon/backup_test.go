@@ -235,3 +235,12 @@ func TestNewestBackup(t *testing.T) {
 		t.Errorf("default directory %s", got)
 	}
 }
+
+// A backup runs inside a run, so the watchdog waits for its time limit too.
+func TestStuckAfterCountsBackups(t *testing.T) {
+	plain := New(Config{Interval: time.Minute})
+	with := New(Config{Interval: time.Minute, Backups: &Backups{Interval: time.Hour, Timeout: 7 * time.Minute}})
+	if with.cfg.StuckAfter-plain.cfg.StuckAfter != 7*time.Minute {
+		t.Fatalf("StuckAfter %s without backups, %s with", plain.cfg.StuckAfter, with.cfg.StuckAfter)
+	}
+}

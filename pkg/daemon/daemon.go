@@ -144,6 +144,10 @@ func New(cfg Config) *Daemon {
 		if cfg.Repair {
 			cfg.StuckAfter += 3 * cfg.RepairTimeout
 		}
+		if cfg.Backups != nil {
+			// A backup runs inside a run: its time limit too.
+			cfg.StuckAfter += cfg.Backups.withDefaults(cfg.Interval).Timeout
+		}
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultListen
