@@ -183,7 +183,9 @@ b=$work/baseline.sh
     echo "ssh -F \"\$ssh_cfg\" $h 'systemctl enable --now kube-apiserver kube-controller-manager kube-scheduler'"
   done
   echo
-  echo '# the kubelet RBAC, from the first controller, once the apiserver answers'
+  echo '# the kubelet RBAC, from the first controller, once the apiserver answers (the tutorial copies'
+  echo '# the admin kubeconfig there; hardway pushes it only with pki.adminKubeconfigOnHosts)'
+  echo "scp -F \"\$ssh_cfg\" -q -p '$state/kubeconfigs/admin.kubeconfig' ${hosts[0]}:/var/lib/kubernetes/admin.kubeconfig"
   subject=$(openssl x509 -in "$state/pki/apiserver-kubelet-client.crt" -noout -subject -nameopt multiline | sed -n 's/ *commonName *= *//p')
   echo "until ssh -F \"\$ssh_cfg\" ${hosts[0]} 'kubectl --kubeconfig /var/lib/kubernetes/admin.kubeconfig apply -f -' <<'EOF'; do sleep 2; done"
   cat <<EOF
