@@ -36,6 +36,7 @@ etcd client certificate from the state directory.
             free pages that only a defragmentation gives back.
   LEADER    the member most members name as leader
   RAFT      raft index and term: members far behind the others are lagging
+  QUOTA     --quota-backend-bytes: NOSPACE is raised when DB SIZE reaches it
   ALARMS    NOSPACE (the quota is full: etcd takes no more writes) or CORRUPT
 
 It exits 1 when a member does not answer or raises an alarm.`,
@@ -64,14 +65,18 @@ It exits 1 when a member does not answer or raises an alarm.`,
 				}
 			} else {
 				tw := tabwriter.NewWriter(a.Stdout, 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "MEMBER\tENDPOINT\tID\tVERSION\tDB SIZE\tIN USE\tLEADER\tRAFT INDEX\tRAFT TERM\tALARMS")
+				fmt.Fprintln(tw, "MEMBER\tENDPOINT\tID\tVERSION\tDB SIZE\tIN USE\tQUOTA\tLEADER\tRAFT INDEX\tRAFT TERM\tALARMS")
 				for _, m := range ms {
 					if !m.Reachable {
-						fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\tunreachable: %s\n", m.Name, m.Endpoint, firstLineOf(m.Error))
+						fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\tunreachable: %s\n", m.Name, m.Endpoint, firstLineOf(m.Error))
 						continue
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%v\t%d\t%d\t%s\n", m.Name, m.Endpoint, m.MemberID, m.Version,
-						bytesIEC(m.DBSize), bytesIEC(m.DBSizeInUse), m.Leader, m.RaftIndex, m.RaftTerm, dash(strings.Join(m.Alarms, ",")))
+					quota := "-" // etcd before 3.6 does not say
+					if m.DBSizeQuota > 0 {
+						quota = bytesIEC(m.DBSizeQuota)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%v\t%d\t%d\t%s\n", m.Name, m.Endpoint, m.MemberID, m.Version,
+						bytesIEC(m.DBSize), bytesIEC(m.DBSizeInUse), quota, m.Leader, m.RaftIndex, m.RaftTerm, dash(strings.Join(m.Alarms, ",")))
 				}
 				tw.Flush()
 			}

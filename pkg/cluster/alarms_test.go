@@ -69,3 +69,14 @@ func TestNoSpaceDiagnosis(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+// etcd status shows each member's quota, for step 4 of the NOSPACE sequence.
+func TestEtcdStatusQuota(t *testing.T) {
+	fc, m := maintCluster(t)
+	fc.Cluster.newEtcd = func() (etcdAPI, error) { return m, nil }
+	m.quota = 40 << 20
+	ms, err := fc.EtcdStatus(context.Background())
+	if err != nil || len(ms) != 3 || ms[0].DBSizeQuota != 40<<20 || ms[2].DBSize != 40<<20 {
+		t.Fatalf("%+v %v", ms, err)
+	}
+}

@@ -21,6 +21,7 @@ type EtcdMemberStatus struct {
 	MemberID    string   `json:"memberID,omitempty"` // hex, as etcdctl prints it
 	Version     string   `json:"version,omitempty"`
 	DBSizeInUse int64    `json:"dbSizeInUse,omitempty"`
+	DBSizeQuota int64    `json:"dbSizeQuota,omitempty"` // --quota-backend-bytes as the member reports it (etcd 3.6+)
 	RaftIndex   uint64   `json:"raftIndex,omitempty"`
 	RaftTerm    uint64   `json:"raftTerm,omitempty"`
 	Alarms      []string `json:"alarms,omitempty"`
@@ -50,6 +51,7 @@ func (c *Cluster) EtcdStatus(ctx context.Context) ([]EtcdMemberStatus, error) {
 		out[i].Reachable, out[i].DBSize, ids[i] = true, st.DBSize, st.MemberID
 		out[i].MemberID, out[i].Version, out[i].DBSizeInUse = fmt.Sprintf("%x", st.MemberID), st.Version, st.DBSizeInUse
 		out[i].RaftIndex, out[i].RaftTerm = st.RaftIndex, st.RaftTerm
+		out[i].DBSizeQuota = st.DBSizeQuota
 		if st.Leader != 0 {
 			votes[st.Leader]++
 		}
