@@ -9,6 +9,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hardway/hardway/pkg/usererr"
@@ -71,8 +73,28 @@ type Action struct {
 	// Restarts are the components on Host whose files this action changes:
 	// later steps restart them (see Planned.Restarts).
 	Restarts []string
-	Do       func(ctx context.Context) error
+	// Parallel lets the runner take this action together with the Parallel
+	// actions next to it in the plan: actions of different hosts run at
+	// once, those of one host and Lane one after another in plan order.
+	// Set it only where the order between hosts does not matter: starting
+	// services that are not running (a new cluster has no availability to
+	// keep), writing files. Restarts of running services never set it:
+	// they roll host by host behind their health gates.
+	Parallel bool
+	// Lane splits one host's Parallel actions into independent sequences
+	// ("" is one lane): writes of different files set their path.
+	Lane string
+	Do   func(ctx context.Context) error
 }
+
+// Concurrency limits of a run of Parallel actions. Every action on a host
+// is a session on its one SSH connection, and OpenSSH's sshd allows 10 per
+// connection (MaxSessions): 4 leaves room for the tunnels' and the
+// keepalives' traffic and for a command an action runs from inside.
+const (
+	perHostLimit = 4
+	totalLimit   = 32
+)
 
 // Planned is what the steps before the current one planned in this run, in
 // order: taken already in a real run, only printed in a dry run.
@@ -183,34 +205,125 @@ func (r *Runner) Run(ctx context.Context, steps []Step) (*Result, error) {
 			fmt.Fprintf(r.Out, "[%s] up to date\n", s.Name)
 		}
 		for _, a := range actions {
-			line := a.Desc
-			if a.Host != "" {
-				line = a.Host + ": " + a.Desc
-			}
 			sr.Actions = append(sr.Actions, Done{Host: a.Host, Kind: a.Kind, Desc: a.Desc})
-			if r.DryRun {
-				fmt.Fprintf(r.Out, "[%s] would %s\n", s.Name, line)
+		}
+		if r.DryRun {
+			for _, a := range actions {
+				fmt.Fprintf(r.Out, "[%s] would %s\n", s.Name, line(a))
 				if a.Diff != "" {
 					for _, d := range strings.Split(strings.TrimRight(a.Diff, "\n"), "\n") {
 						fmt.Fprintf(r.Out, "[%s]     %s\n", s.Name, d)
 					}
 				}
-				continue
 			}
-			if err := ctx.Err(); err != nil {
-				return res, fmt.Errorf("[%s] %w", s.Name, err)
-			}
-			fmt.Fprintf(r.Out, "[%s] %s\n", s.Name, line)
-			if err := a.Do(ctx); err != nil {
-				where := s.Name
-				if a.Host != "" {
-					where += "] [" + a.Host
+		} else {
+			for i := 0; i < len(actions); {
+				j := i + 1
+				if actions[i].Parallel {
+					for j < len(actions) && actions[j].Parallel {
+						j++
+					}
 				}
-				return res, fmt.Errorf("[%s] %s: %w", where, a.Desc, err)
+				if err := r.do(ctx, s.Name, actions[i:j]); err != nil {
+					return res, err
+				}
+				i = j
 			}
 		}
 		sr.Duration = now().Sub(start)
 		res.Steps = append(res.Steps, sr)
 	}
 	return res, nil
+}
+
+func line(a Action) string {
+	if a.Host != "" {
+		return a.Host + ": " + a.Desc
+	}
+	return a.Desc
+}
+
+// do takes actions: one at a time, or a run of Parallel ones together (see
+// Action.Parallel). Each line is printed as its action begins. After a
+// failure no further action of the run begins; the ones under way finish,
+// and the error of the first failed action in plan order is returned.
+func (r *Runner) do(ctx context.Context, step string, actions []Action) error {
+	var mu sync.Mutex // guards r.Out
+	run := func(ctx context.Context, a Action) error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("[%s] %w", step, err)
+		}
+		mu.Lock()
+		fmt.Fprintf(r.Out, "[%s] %s\n", step, line(a))
+		mu.Unlock()
+		if err := a.Do(ctx); err != nil {
+			where := step
+			if a.Host != "" {
+				where += "] [" + a.Host
+			}
+			return fmt.Errorf("[%s] %s: %w", where, a.Desc, err)
+		}
+		return nil
+	}
+	if len(actions) == 1 {
+		return run(ctx, actions[0])
+	}
+	// One goroutine per lane runs its actions in order; a semaphore per
+	// host and one overall bound how many run at once.
+	type lane struct {
+		host string
+		idx  []int
+	}
+	var lanes []*lane
+	byKey := map[[2]string]*lane{}
+	for i, a := range actions {
+		k := [2]string{a.Host, a.Lane}
+		l := byKey[k]
+		if l == nil {
+			l = &lane{host: a.Host}
+			byKey[k] = l
+			lanes = append(lanes, l)
+		}
+		l.idx = append(l.idx, i)
+	}
+	hostSem := map[string]chan struct{}{}
+	for _, l := range lanes {
+		if hostSem[l.host] == nil {
+			hostSem[l.host] = make(chan struct{}, perHostLimit)
+		}
+	}
+	total := make(chan struct{}, totalLimit)
+	errs := make([]error, len(actions))
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for _, l := range lanes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, i := range l.idx {
+				// The host first: a lane waiting for its host holds no
+				// overall slot that other hosts could use.
+				hostSem[l.host] <- struct{}{}
+				total <- struct{}{}
+				if !failed.Load() {
+					errs[i] = run(ctx, actions[i])
+				}
+				<-total
+				<-hostSem[l.host]
+				if errs[i] != nil {
+					failed.Store(true)
+				}
+				if failed.Load() {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

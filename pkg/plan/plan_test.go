@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hardway/hardway/pkg/usererr"
 )
@@ -123,5 +126,96 @@ func TestActionWithoutKindIsRefused(t *testing.T) {
 	_, err := (&Runner{Out: &bytes.Buffer{}}).Run(context.Background(), steps)
 	if err == nil || !strings.Contains(err.Error(), "no kind") || ran {
 		t.Fatalf("err=%v ran=%v", err, ran)
+	}
+}
+
+// TestParallelRuns: a run of Parallel actions takes different hosts at once,
+// keeps one host's lane in order, never passes the per-host limit, and
+// stops beginning actions after a failure; a non-Parallel action waits for
+// the run before it.
+func TestParallelRuns(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	running := map[string]int{}
+	maxRunning := map[string]int{}
+	both := make(chan struct{})
+	var bothOnce sync.Once
+	arrived := map[string]bool{}
+	act := func(host, lane, desc string, parallel bool, fn func() error) Action {
+		return Action{Host: host, Lane: lane, Kind: Start, Desc: desc, Parallel: parallel, Do: func(ctx context.Context) error {
+			mu.Lock()
+			running[host]++
+			maxRunning[host] = max(maxRunning[host], running[host])
+			mu.Unlock()
+			err := fn()
+			mu.Lock()
+			running[host]--
+			order = append(order, desc)
+			mu.Unlock()
+			return err
+		}}
+	}
+	// h1/a and h2/a must be under way together: each waits for the other.
+	meet := func(me string) func() error {
+		return func() error {
+			mu.Lock()
+			arrived[me] = true
+			if arrived["h1"] && arrived["h2"] {
+				bothOnce.Do(func() { close(both) })
+			}
+			mu.Unlock()
+			select {
+			case <-both:
+				return nil
+			case <-time.After(10 * time.Second):
+				return errors.New(me + ": the other host never ran at the same time")
+			}
+		}
+	}
+	nop := func() error { return nil }
+	actions := []Action{
+		act("h1", "", "h1 a", true, meet("h1")),
+		act("h1", "", "h1 b", true, nop),
+		act("h2", "", "h2 a", true, meet("h2")),
+		act("h2", "", "h2 b", true, nop),
+	}
+	for i := range 10 {
+		actions = append(actions, act("h3", fmt.Sprint(i), fmt.Sprintf("h3 file %d", i), true, func() error { time.Sleep(5 * time.Millisecond); return nil }))
+	}
+	actions = append(actions, act("h1", "", "after", false, nop))
+	var out bytes.Buffer
+	_, err := (&Runner{Out: &out}).Run(context.Background(), []Step{{Name: "s", Plan: func(context.Context, Planned) ([]Action, error) { return actions, nil }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := map[string]int{}
+	for i, d := range order {
+		pos[d] = i
+	}
+	if pos["h1 a"] > pos["h1 b"] || pos["h2 a"] > pos["h2 b"] {
+		t.Errorf("one host's lane out of order: %v", order)
+	}
+	if order[len(order)-1] != "after" {
+		t.Errorf("the action after the parallel run did not wait for it: %v", order)
+	}
+	if maxRunning["h3"] > perHostLimit || maxRunning["h3"] < 2 {
+		t.Errorf("h3 ran %d actions at once; want 2..%d", maxRunning["h3"], perHostLimit)
+	}
+	if strings.Count(out.String(), "[s] h3: h3 file") != 10 {
+		t.Errorf("output %q", out.String())
+	}
+
+	// A failure: the lane's next action never begins, nor does the step's
+	// next action; the error names the host.
+	var ran []string
+	fail := []Action{
+		{Host: "h1", Kind: Write, Desc: "bad", Parallel: true, Do: func(context.Context) error { return errors.New("boom") }},
+		{Host: "h1", Kind: Write, Desc: "after bad", Parallel: true, Do: func(context.Context) error { ran = append(ran, "after bad"); return nil }},
+		{Host: "h2", Kind: Write, Desc: "other", Parallel: true, Do: func(context.Context) error { return nil }},
+		{Host: "h1", Kind: Write, Desc: "next", Do: func(context.Context) error { ran = append(ran, "next"); return nil }},
+	}
+	_, err = (&Runner{Out: &out}).Run(context.Background(), []Step{{Name: "s", Plan: func(context.Context, Planned) ([]Action, error) { return fail, nil }}})
+	if err == nil || !strings.Contains(err.Error(), "[s] [h1] bad: boom") || len(ran) > 0 {
+		t.Fatalf("err %v, ran %v", err, ran)
 	}
 }
