@@ -120,79 +120,188 @@ func Compare(ctx context.Context, h Host, files []File) ([]Result, error) {
 // changes nothing. Use Compare (no cache) where tampering matters more than
 // time, as verify does.
 func CompareCached(ctx context.Context, h Host, files []File, cache string) ([]Result, error) {
+	res, _, err := Inspect(ctx, h, files, cache, nil)
+	return res, err
+}
+
+// statFormat is one line of Inspect's stat: "path\ttype\tmode user uid
+// group gid size\tcache key". The cache key is size, inode, mtime and ctime:
+// what RecordSums and Put record.
+const statFormat = "%n\t%F\t%a %U %u %G %g %s\t%s %i %.9Y %.9Z"
+
+// Inspect is CompareCached for files, plus the mode and owner ("755
+// root:root", or "missing") of each directory in dirs, in at most two
+// commands on h: one reads the stat cache and stats every path at once;
+// only files whose size matches and whose stat the cache does not know are
+// hashed, in a second command. A converged host is thus one round trip
+// and three processes, whatever the number of files. It only reads.
+func Inspect(ctx context.Context, h Host, files []File, cache string, dirs []string) ([]Result, []string, error) {
 	if err := PrepareFiles(files); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	for _, p := range append(paths(files), dirs...) {
+		if !path.IsAbs(p) {
+			return nil, nil, fmt.Errorf("%s: %s: not an absolute path", h.Name(), p)
+		}
+		if strings.ContainsAny(p, "\t\n") {
+			return nil, nil, fmt.Errorf("%s: %q: a tab or newline in a path", h.Name(), p)
+		}
 	}
 	var script strings.Builder
 	fmt.Fprintf(&script, "# compare %d files\n", len(files))
-	// OpenSSL's SHA-256 uses the CPU's SHA instructions, coreutils' does
-	// not: three times faster on a converged cluster's 450 MB.
-	script.WriteString("if command -v openssl >/dev/null 2>&1; then sum() { openssl dgst -sha256 -r; }; else sum() { sha256sum; }; fi\n")
 	if cache != "" {
-		// lookup KEY: the cached sum of a file with exactly this stat, if any.
-		fmt.Fprintf(&script, "c=%s\n", Quote(cache))
-		script.WriteString("lookup() { [ -f \"$c\" ] && awk -F '\\t' -v k=\"$1\" '$1==k {print $2; exit}' \"$c\"; }\n")
+		fmt.Fprintf(&script, "cat %s 2>/dev/null\n", Quote(cache))
 	}
-	for _, f := range files {
-		if !path.IsAbs(f.Path) {
-			return nil, fmt.Errorf("%s: %s: not an absolute path", h.Name(), f.Path)
+	script.WriteString("echo @stat\n")
+	if len(files) > 0 {
+		// A missing file prints nothing (stat's error is dropped): absent
+		// from the output is missing.
+		fmt.Fprintf(&script, "stat -L -c '%s' --", statFormat)
+		for _, f := range files {
+			script.WriteString(" " + Quote(f.Path))
 		}
-		hash := `s=$(sum < "$f") || exit 1`
-		if cache != "" {
-			hash = `k="$f $(stat -L -c '%s %i %.9Y %.9Z' -- "$f")"; s=$(lookup "$k"); ` +
-				`if [ -z "$s" ]; then s=$(sum < "$f") || exit 1; fi`
-		}
-		// One line per file: "mode user uid group gid size sha" or "missing".
-		fmt.Fprintf(&script, "f=%s; if [ -f \"$f\" ]; then set -- $(stat -L -c '%%a %%U %%u %%G %%g %%s' -- \"$f\"); "+
-			"if [ \"$6\" = %d ]; then %s; else s=-; fi; echo \"$* ${s%%%% *}\"; "+
-			"elif [ -e \"$f\" ]; then echo notfile; else echo missing; fi\n", Quote(f.Path), f.Size, hash)
+		script.WriteString(" 2>/dev/null\n")
 	}
+	script.WriteString("echo @dirs\n")
+	if len(dirs) > 0 {
+		script.WriteString("stat -c '%n\t%a %U:%G' --")
+		for _, d := range dirs {
+			script.WriteString(" " + Quote(d))
+		}
+		script.WriteString(" 2>/dev/null\n")
+	}
+	script.WriteString("true\n")
 	out, err := h.Run(ctx, script.String(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("compare files: %w", err)
+		return nil, nil, fmt.Errorf("compare files: %w", err)
 	}
-	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
-	if len(lines) != len(files) {
-		return nil, fmt.Errorf("%s: compare files: got %d lines for %d files: %q", h.Name(), len(lines), len(files), out)
+	known := map[string]string{} // cache key -> sha256
+	stats := map[string][]string{}
+	dirState := map[string]string{}
+	section := "cache"
+	for _, l := range strings.Split(string(out), "\n") {
+		switch {
+		case l == "@stat" || l == "@dirs":
+			section = l
+			continue
+		case l == "":
+			continue
+		}
+		fs := strings.Split(l, "\t")
+		switch {
+		case section == "cache" && len(fs) == 2:
+			known[fs[0]] = fs[1]
+		case section == "@stat" && len(fs) == 4:
+			stats[fs[0]] = fs[1:]
+		case section == "@dirs" && len(fs) == 2:
+			dirState[fs[0]] = fs[1]
+		case section == "cache":
+			// a line cut by an interrupted write: only costs a hash
+		default:
+			return nil, nil, fmt.Errorf("%s: compare files: unexpected output %q", h.Name(), l)
+		}
 	}
 	res := make([]Result, len(files))
+	sums := make([]string, len(files))
+	var hash []int
 	for i, f := range files {
-		r := Result{Path: f.Path}
-		fields := strings.Fields(lines[i])
+		res[i].Path = f.Path
+		st, ok := stats[f.Path]
 		switch {
-		case len(fields) == 1 && fields[0] == "missing":
-			r.Content, r.Why = true, "missing"
-		case len(fields) == 1 && fields[0] == "notfile":
-			return nil, fmt.Errorf("%s: %s exists and is not a regular file", h.Name(), f.Path)
-		case len(fields) == 7:
-			mode, user, uid, group, gid, size, sum := fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6]
-			var why []string
-			if size != strconv.FormatInt(f.Size, 10) || sum != f.SHA256 {
-				r.Content = true
-				why = append(why, "content")
-			}
-			if want := strconv.FormatUint(uint64(f.mode()), 8); mode != want {
-				r.Attrs = true
-				why = append(why, "mode "+mode+" -> "+want)
-			}
-			if f.Owner != "" && f.Owner != user && f.Owner != uid {
-				r.Attrs = true
-				why = append(why, "owner "+user+" -> "+f.Owner)
-			}
-			if f.Group != "" && f.Group != group && f.Group != gid {
-				r.Attrs = true
-				why = append(why, "group "+group+" -> "+f.Group)
-			}
-			if r.Content {
-				r.Attrs = false // a rewrite sets them anyway
-			}
-			r.Why = strings.Join(why, ", ")
-		default:
-			return nil, fmt.Errorf("%s: compare %s: unexpected output %q", h.Name(), f.Path, lines[i])
+		case !ok:
+			continue
+		case !strings.HasPrefix(st[0], "regular"):
+			return nil, nil, fmt.Errorf("%s: %s exists and is not a regular file", h.Name(), f.Path)
 		}
-		res[i] = r
+		if strings.Fields(st[1])[5] != strconv.FormatInt(f.Size, 10) {
+			sums[i] = "-"
+			continue
+		}
+		if s, ok := known[f.Path+" "+st[2]]; ok && cache != "" {
+			sums[i] = s
+			continue
+		}
+		hash = append(hash, i)
 	}
-	return res, nil
+	if len(hash) > 0 {
+		var hs strings.Builder
+		fmt.Fprintf(&hs, "# hash %d files\n", len(hash))
+		// OpenSSL's SHA-256 uses the CPU's SHA instructions, coreutils' does
+		// not: three times faster on a converged cluster's 450 MB.
+		hs.WriteString("if command -v openssl >/dev/null 2>&1; then sum() { openssl dgst -sha256 -r; }; else sum() { sha256sum; }; fi\n")
+		for _, i := range hash {
+			fmt.Fprintf(&hs, "s=$(sum < %s) || exit 1; echo \"${s%%%% *}\"\n", Quote(files[i].Path))
+		}
+		out, err := h.Run(ctx, hs.String(), nil)
+		if err != nil {
+			return nil, nil, fmt.Errorf("compare files: %w", err)
+		}
+		lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+		if len(lines) != len(hash) {
+			return nil, nil, fmt.Errorf("%s: compare files: got %d sums for %d files: %q", h.Name(), len(lines), len(hash), out)
+		}
+		for k, i := range hash {
+			sums[i] = lines[k]
+		}
+	}
+	for i, f := range files {
+		st, ok := stats[f.Path]
+		if !ok {
+			res[i].Content, res[i].Why = true, "missing"
+			continue
+		}
+		attrs := strings.Fields(st[1])
+		if len(attrs) != 6 {
+			return nil, nil, fmt.Errorf("%s: compare %s: unexpected output %q", h.Name(), f.Path, st[1])
+		}
+		res[i] = compareOne(f, attrs, sums[i])
+	}
+	var dirRes []string
+	for _, d := range dirs {
+		if s, ok := dirState[d]; ok {
+			dirRes = append(dirRes, s)
+		} else {
+			dirRes = append(dirRes, "missing")
+		}
+	}
+	return res, dirRes, nil
+}
+
+func paths(files []File) []string {
+	out := make([]string, len(files))
+	for i, f := range files {
+		out[i] = f.Path
+	}
+	return out
+}
+
+// compareOne judges one existing file from its stat fields (mode user uid
+// group gid size) and its sha256 ("-": not read, the size differs).
+func compareOne(f File, fields []string, sum string) Result {
+	r := Result{Path: f.Path}
+	mode, user, uid, group, gid, size := fields[0], fields[1], fields[2], fields[3], fields[4], fields[5]
+	var why []string
+	if size != strconv.FormatInt(f.Size, 10) || sum != f.SHA256 {
+		r.Content = true
+		why = append(why, "content")
+	}
+	if want := strconv.FormatUint(uint64(f.mode()), 8); mode != want {
+		r.Attrs = true
+		why = append(why, "mode "+mode+" -> "+want)
+	}
+	if f.Owner != "" && f.Owner != user && f.Owner != uid {
+		r.Attrs = true
+		why = append(why, "owner "+user+" -> "+f.Owner)
+	}
+	if f.Group != "" && f.Group != group && f.Group != gid {
+		r.Attrs = true
+		why = append(why, "group "+group+" -> "+f.Group)
+	}
+	if r.Content {
+		r.Attrs = false // a rewrite sets them anyway
+	}
+	r.Why = strings.Join(why, ", ")
+	return r
 }
 
 // RecordSums records, in the stat cache at cache (see CompareCached), that
@@ -275,38 +384,99 @@ func attrsScript(f *File, target string) string {
 func tempPrefix(p string) string { return "." + path.Base(p) + ".hardway-" }
 
 func writeContent(ctx context.Context, h Host, f *File) error {
+	return put(ctx, h, f, PutOptions{})
+}
+
+// PutOptions tune Put.
+type PutOptions struct {
+	// Markers are files created (empty, in existing directories) before
+	// anything is written: a run that dies after the write still finds them.
+	Markers []string
+	// Cache is the stat cache (see CompareCached) that gets the written
+	// file's entry, so that the next plan does not read it; "": none.
+	Cache string
+	// AttrsOnly fixes mode and owner in place: the content is right
+	// (Compare said Attrs), and the mtime stays.
+	AttrsOnly bool
+}
+
+// Put makes f what it should be on h, in one command, without comparing
+// first (the caller's plan did): the content is written as WriteFiles
+// writes it (streamed to a temporary file, length checked, fsynced,
+// renamed), after the markers, and its stat cache entry is appended.
+func Put(ctx context.Context, h Host, f File, o PutOptions) error {
+	if err := f.Prepare(); err != nil {
+		return err
+	}
+	if !path.IsAbs(f.Path) {
+		return fmt.Errorf("%s: %s: not an absolute path", h.Name(), f.Path)
+	}
+	return put(ctx, h, &f, o)
+}
+
+// cacheLines bounds the stat cache: Put appends an entry per write, and past
+// this many lines the oldest go (a lost entry only costs one hash).
+const cacheLines = 2048
+
+func put(ctx context.Context, h Host, f *File, o PutOptions) error {
 	dir := path.Dir(f.Path)
 	var s strings.Builder
 	// The first line names the script in error messages.
-	fmt.Fprintf(&s, "# write %s\nset -e\numask 077\n", f.Path)
-	// Create missing parents one by one: mkdir -p -m gives the mode only to
-	// the last one.
-	var parents []string
-	for d := dir; d != "/" && d != "."; d = path.Dir(d) {
-		parents = append([]string{d}, parents...)
+	verb := "write"
+	if o.AttrsOnly {
+		verb = "fix mode and owner of"
 	}
-	for _, d := range parents {
-		fmt.Fprintf(&s, "[ -d %[1]s ] || mkdir -m %[2]o -- %[1]s\n", Quote(d), f.dirMode())
+	fmt.Fprintf(&s, "# %s %s\nset -e\numask 077\n", verb, f.Path)
+	if len(o.Markers) > 0 {
+		s.WriteString("touch --")
+		for _, m := range o.Markers {
+			s.WriteString(" " + Quote(m))
+		}
+		s.WriteString("\n")
 	}
-	prefix := Quote(dir + "/" + tempPrefix(f.Path))
-	fmt.Fprintf(&s, "rm -f -- %s*\n", prefix)
-	fmt.Fprintf(&s, "t=$(mktemp %sXXXXXX)\n", prefix)
-	s.WriteString("trap 'rm -f -- \"$t\"' EXIT\ntrap 'rm -f -- \"$t\"; exit 1' HUP INT TERM PIPE\n")
-	s.WriteString("cat > \"$t\"\n")
-	// A dropped connection ends stdin early: cat succeeds with a short file,
-	// which must never be renamed into place.
-	fmt.Fprintf(&s, "n=$(stat -c %%s -- \"$t\")\n[ \"$n\" = %[1]d ] || { echo \"short write: $n of %[1]d bytes\" >&2; exit 1; }\n", f.Size)
-	s.WriteString(attrsScript(f, "\"$t\""))
-	s.WriteString("sync -- \"$t\"\n")
-	fmt.Fprintf(&s, "mv -f -- \"$t\" %s\n", Quote(f.Path))
-	s.WriteString("trap - EXIT\n")
-	// fsync the directory so the rename survives a crash; best effort.
-	fmt.Fprintf(&s, "sync -- %s 2>/dev/null || true\n", Quote(dir))
-	r, err := f.open()
-	if err != nil {
-		return err
+	if o.AttrsOnly {
+		s.WriteString(attrsScript(f, Quote(f.Path)))
+	} else {
+		// Create missing parents one by one: mkdir -p -m gives the mode
+		// only to the last one.
+		var parents []string
+		for d := dir; d != "/" && d != "."; d = path.Dir(d) {
+			parents = append([]string{d}, parents...)
+		}
+		for _, d := range parents {
+			fmt.Fprintf(&s, "[ -d %[1]s ] || mkdir -m %[2]o -- %[1]s\n", Quote(d), f.dirMode())
+		}
+		prefix := Quote(dir + "/" + tempPrefix(f.Path))
+		fmt.Fprintf(&s, "rm -f -- %s*\n", prefix)
+		fmt.Fprintf(&s, "t=$(mktemp %sXXXXXX)\n", prefix)
+		s.WriteString("trap 'rm -f -- \"$t\"' EXIT\ntrap 'rm -f -- \"$t\"; exit 1' HUP INT TERM PIPE\n")
+		s.WriteString("cat > \"$t\"\n")
+		// A dropped connection ends stdin early: cat succeeds with a short
+		// file, which must never be renamed into place.
+		fmt.Fprintf(&s, "n=$(stat -c %%s -- \"$t\")\n[ \"$n\" = %[1]d ] || { echo \"short write: $n of %[1]d bytes\" >&2; exit 1; }\n", f.Size)
+		s.WriteString(attrsScript(f, "\"$t\""))
+		s.WriteString("sync -- \"$t\"\n")
+		fmt.Fprintf(&s, "mv -f -- \"$t\" %s\n", Quote(f.Path))
+		s.WriteString("trap - EXIT\n")
+		// fsync the directory so the rename survives a crash; best effort.
+		fmt.Fprintf(&s, "sync -- %s 2>/dev/null || true\n", Quote(dir))
 	}
-	defer r.Close()
-	_, err = h.Run(ctx, s.String(), r)
+	if o.Cache != "" {
+		// Best effort: an entry that is not written only costs a hash.
+		fmt.Fprintf(&s, "c=%s; { mkdir -p -m 0700 \"$(dirname \"$c\")\" && "+
+			"printf '%%s %%s\\t%%s\\n' %s \"$(stat -L -c '%%s %%i %%.9Y %%.9Z' -- %s)\" %s >> \"$c\" && "+
+			"if [ \"$(wc -l < \"$c\")\" -gt %d ]; then tail -n %d \"$c\" > \"$c.$$\" && mv -f \"$c.$$\" \"$c\"; fi; } 2>/dev/null || true\n",
+			Quote(o.Cache), Quote(f.Path), Quote(f.Path), f.SHA256, cacheLines, cacheLines/2)
+	}
+	var stdin io.Reader
+	if !o.AttrsOnly {
+		r, err := f.open()
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		stdin = r
+	}
+	_, err := h.Run(ctx, s.String(), stdin)
 	return err
 }

@@ -391,3 +391,101 @@ func TestCompareCached(t *testing.T) {
 		t.Fatalf("edit with restored mtime not detected: %+v %v", res, err)
 	}
 }
+
+// counting counts the commands run on a host.
+type counting struct {
+	remote.Host
+	n int
+}
+
+func (c *counting) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, error) {
+	c.n++
+	return c.Host.Run(ctx, cmd, stdin)
+}
+
+// Put writes without comparing, touches its markers first and records the
+// file in the stat cache: the next Inspect of the converged files is one
+// command (no hashing), and sees a same-size edit again. Inspect reports
+// directories' modes and owners in the same command.
+func TestPutAndInspect(t *testing.T) {
+	h, _ := connect(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	cache := filepath.Join(dir, "state", "sums")
+	marker := filepath.Join(dir, "marker")
+	var files []remote.File
+	for i := range 5 {
+		files = append(files, remote.File{Path: filepath.Join(dir, fmt.Sprintf("d/f%d", i)), Mode: 0o640, Data: bytes.Repeat([]byte{byte('a' + i)}, 1000+i)})
+	}
+	if err := remote.PrepareFiles(files); err != nil {
+		t.Fatal(err)
+	}
+	ch := &counting{Host: h}
+	res, dirs, err := remote.Inspect(ctx, ch, files, cache, []string{dir, filepath.Join(dir, "nodir")})
+	dm, duid, _, _ := stat(t, dir)
+	du, _ := user.LookupId(fmt.Sprint(duid))
+	if err != nil || ch.n != 1 || len(dirs) != 2 || !strings.HasPrefix(dirs[0], fmt.Sprintf("%o %s:", dm, du.Username)) || dirs[1] != "missing" {
+		t.Fatalf("inspect: %d commands, dirs %q, %v", ch.n, dirs, err)
+	}
+	for _, r := range res {
+		if r.Why != "missing" {
+			t.Fatalf("before any write: %+v", r)
+		}
+	}
+	for _, f := range files {
+		if err := remote.Put(ctx, h, f, remote.PutOptions{Markers: []string{marker}, Cache: cache}); err != nil {
+			t.Fatal(err)
+		}
+		if m, _, _, _ := stat(t, f.Path); m != 0o640 {
+			t.Fatalf("%s: mode %o", f.Path, m)
+		}
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatal("marker not touched:", err)
+	}
+	ch.n = 0
+	res, _, err = remote.Inspect(ctx, ch, files, cache, nil)
+	if err != nil || ch.n != 1 {
+		t.Fatalf("converged inspect ran %d commands (want 1: nothing hashed): %v", ch.n, err)
+	}
+	for _, r := range res {
+		if r.Changed() {
+			t.Fatalf("after Put: %+v", r)
+		}
+	}
+	// Without the cache the files are hashed: a second command.
+	ch.n = 0
+	if res, _, err := remote.Inspect(ctx, ch, files, "", nil); err != nil || ch.n != 2 || res[0].Changed() {
+		t.Fatalf("uncached inspect: %d commands, %+v, %v", ch.n, res, err)
+	}
+	// A same-size edit, its mtime put back: ctime moved, so it is hashed
+	// and seen; a mode change is fixed in place by an attrs-only Put.
+	st, _ := os.Stat(files[1].Path)
+	time.Sleep(20 * time.Millisecond)
+	os.WriteFile(files[1].Path, bytes.Repeat([]byte("z"), int(files[1].Size)), 0o640)
+	os.Chtimes(files[1].Path, st.ModTime(), st.ModTime())
+	os.Chmod(files[2].Path, 0o600)
+	res, _, err = remote.Inspect(ctx, h, files, cache, nil)
+	if err != nil || !res[1].Content || !res[2].Attrs || res[2].Content || res[0].Changed() {
+		t.Fatalf("after edits: %+v %v", res, err)
+	}
+	_, _, _, mtime := stat(t, files[2].Path)
+	if err := remote.Put(ctx, h, files[2], remote.PutOptions{AttrsOnly: true, Cache: cache}); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, _, mt := stat(t, files[2].Path); m != 0o640 || !mt.Equal(mtime) {
+		t.Fatalf("attrs-only put: mode %o, mtime moved %v", m, !mt.Equal(mtime))
+	}
+	// The cache stays bounded however often files are written.
+	os.WriteFile(cache, bytes.Repeat([]byte("/x 1 2 3 4\tabc\n"), 3000), 0o600)
+	if err := remote.Put(ctx, h, files[0], remote.PutOptions{Cache: cache}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(cache); bytes.Count(b, []byte("\n")) > 2048 || !bytes.Contains(b, []byte(files[0].Path+" ")) {
+		t.Fatalf("cache has %d lines", bytes.Count(b, []byte("\n")))
+	}
+	// Anything but a regular file is an error, not "content".
+	if _, _, err := remote.Inspect(ctx, h, []remote.File{{Path: dir, Data: []byte("x")}}, cache, nil); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("directory as a file: %v", err)
+	}
+}
