@@ -50,7 +50,9 @@ func runningHost() *hostModel {
 
 var (
 	reCompareFile = regexp.MustCompile(`(?m)^f=(\S+); if`)
-	reStatDir     = regexp.MustCompile(`(?m)^stat -c '%a %U:%G' (\S+) `)
+	reStatFiles   = regexp.MustCompile(`(?m)^stat -L -c '[^']*' -- (.*) 2>/dev/null$`)
+	reStatDirs    = regexp.MustCompile(`(?m)^stat -c '[^']*' -- (.*) 2>/dev/null$`)
+	reHashFile    = regexp.MustCompile(`(?m)^s=\$\(sum < (\S+)\)`)
 )
 
 // answer is the host's answer to the read-only commands plans run; any
@@ -84,12 +86,31 @@ func (m *hostModel) answer(cmd string) (string, error) {
 		}
 		fmt.Fprintf(&b, "@data\n%s\n", map[bool]string{true: "yes", false: "no"}[m.etcdData])
 	case strings.HasPrefix(cmd, "# compare "):
-		for _, p := range reCompareFile.FindAllStringSubmatch(cmd, -1) {
-			if l, ok := m.files[p[1]]; ok {
-				b.WriteString(l + "\n")
-			} else {
-				b.WriteString("missing\n")
+		// remote.Inspect: no stat cache, so every same-size file is hashed
+		// ("# hash" below).
+		b.WriteString("@stat\n")
+		if p := reStatFiles.FindStringSubmatch(cmd); p != nil {
+			for _, f := range strings.Fields(p[1]) {
+				if l, ok := m.files[f]; ok {
+					fs := strings.Fields(l)
+					fmt.Fprintf(&b, "%s\tregular file\t%s\t%s 1 1 1\n", f, strings.Join(fs[:6], " "), fs[5])
+				}
 			}
+		}
+		b.WriteString("@dirs\n")
+		if p := reStatDirs.FindStringSubmatch(cmd); p != nil {
+			for _, d := range strings.Fields(p[1]) {
+				if l, ok := m.dirs[d]; ok {
+					fmt.Fprintf(&b, "%s\t%s\n", d, l)
+				} else if d == units.AdminKubeconfig && m.oldAdmin {
+					fmt.Fprintf(&b, "%s\t600 root:root\n", d)
+				}
+			}
+		}
+	case strings.HasPrefix(cmd, "# hash "):
+		for _, p := range reHashFile.FindAllStringSubmatch(cmd, -1) {
+			fs := strings.Fields(m.files[p[1]])
+			b.WriteString(fs[len(fs)-1] + "\n")
 		}
 	case strings.HasPrefix(cmd, "# read "):
 		for _, p := range reCompareFile.FindAllStringSubmatch(cmd, -1) {
@@ -99,16 +120,6 @@ func (m *hostModel) answer(cmd string) (string, error) {
 				b.WriteString("M\n")
 			}
 		}
-	case strings.HasPrefix(cmd, "stat -c '%a %U:%G' "):
-		for _, d := range reStatDir.FindAllStringSubmatch(cmd, -1) {
-			if l, ok := m.dirs[d[1]]; ok {
-				b.WriteString(l + "\n")
-			} else {
-				b.WriteString("missing\n")
-			}
-		}
-	case strings.HasPrefix(cmd, "if [ -e /var/lib/kubernetes/admin.kubeconfig ]") && m.oldAdmin:
-		b.WriteString("present\n")
 	case strings.HasPrefix(cmd, "head -c 65536 "):
 		b.WriteString(m.content[strings.TrimPrefix(cmd, "head -c 65536 ")])
 	case strings.HasPrefix(cmd, "date +%s%N\nuname -s"):

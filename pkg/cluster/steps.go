@@ -291,27 +291,43 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Ac
 	if err != nil {
 		return nil, err
 	}
-	if err := c.ensureDirs(ctx, sh, m, &actions); err != nil {
-		return nil, err
-	}
-	if !c.renewMode() {
-		a, err := c.oldAdminKubeconfigAction(ctx, sh, m)
-		if err != nil {
-			return nil, err
-		}
-		if a != nil {
-			actions = append(actions, *a)
-		}
-	}
 	files, err := c.remoteFiles(m)
 	if err != nil {
 		return nil, err
 	}
-	// The stat cache makes a converged host's check one stat per file
+	dirs := append([]units.Dir{{Path: restartDir, Mode: 0o700, Owner: "root:root"}}, m.Dirs...)
+	var dirPaths []string
+	for _, d := range dirs {
+		dirPaths = append(dirPaths, d.Path)
+	}
+	// The old admin kubeconfig is looked for in the same command: Inspect
+	// stats any path it is given with the directories ("missing" or not).
+	lookAdmin := !c.renewMode() && c.mayHaveOldAdmin(m)
+	if lookAdmin {
+		dirPaths = append(dirPaths, units.AdminKubeconfig)
+	}
+	// One command reads every directory's and file's stat and the stat
+	// cache, which makes a converged host's check one stat per file
 	// instead of reading every binary; verify reads them all.
-	res, err := remote.CompareCached(ctx, sh, files, sumsCache)
+	res, got, err := remote.Inspect(ctx, sh, files, sumsCache, dirPaths)
 	if err != nil {
 		return nil, err
+	}
+	for i, d := range dirs {
+		want := fmt.Sprintf("%o %s", d.Mode.Perm(), d.Owner)
+		if got[i] == want {
+			continue
+		}
+		owner := d.Owner
+		actions = append(actions, plan.Action{Host: sh.Name(), Kind: plan.Write, Desc: fmt.Sprintf("directory %s (%04o %s; now %s)", d.Path, d.Mode.Perm(), owner, got[i]),
+			Do: func(ctx context.Context) error {
+				u, g, _ := strings.Cut(owner, ":")
+				_, err := sh.Run(ctx, fmt.Sprintf("install -d -m %o -o %s -g %s %s", d.Mode.Perm(), remote.Quote(u), remote.Quote(g), remote.Quote(d.Path)), nil)
+				return err
+			}})
+	}
+	if lookAdmin && got[len(dirs)] != "missing" {
+		actions = append(actions, c.oldAdminKubeconfigAction(sh))
 	}
 	for i, r := range res {
 		why := r.Why
@@ -330,65 +346,23 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Ac
 		if mf.Content != nil && r.Content && r.Why != "missing" {
 			diff = c.shortDiff(ctx, sh, f.Path, mf.Content)
 		}
-		actions = append(actions, plan.Action{Host: h.Name, Kind: plan.Write, Desc: desc, Diff: diff, Restarts: mf.Components, Do: func(ctx context.Context) error {
-			// Mark first: if the write succeeds and the run dies before
-			// the restart, the next run still restarts.
-			if err := c.markRestart(ctx, sh, mf.Components); err != nil {
-				return err
-			}
-			if _, err := remote.WriteFile(ctx, sh, f); err != nil {
-				return err
-			}
-			// The next plan then reads one stat instead of the file; a
-			// failure here only costs that read.
-			_ = remote.RecordSums(ctx, sh, sumsCache, []remote.File{f})
-			return nil
-		}})
-	}
-	return actions, nil
-}
-
-func (c *Cluster) ensureDirs(ctx context.Context, sh remote.Host, m *units.Manifest, actions *[]plan.Action) error {
-	dirs := append([]units.Dir{{Path: restartDir, Mode: 0o700, Owner: "root:root"}}, m.Dirs...)
-	var script strings.Builder
-	for _, d := range dirs {
-		fmt.Fprintf(&script, "stat -c '%%a %%U:%%G' %s 2>/dev/null || echo missing\n", remote.Quote(d.Path))
-	}
-	out, err := sh.Run(ctx, script.String(), nil)
-	if err != nil {
-		return err
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	for i, d := range dirs {
-		want := fmt.Sprintf("%o %s", d.Mode.Perm(), d.Owner)
-		if i < len(lines) && lines[i] == want {
-			continue
+		var markers []string
+		for _, comp := range mf.Components {
+			markers = append(markers, path.Join(restartDir, comp))
 		}
-		got := "missing"
-		if i < len(lines) {
-			got = lines[i]
-		}
-		owner := d.Owner
-		*actions = append(*actions, plan.Action{Host: sh.Name(), Kind: plan.Write, Desc: fmt.Sprintf("directory %s (%04o %s; now %s)", d.Path, d.Mode.Perm(), owner, got),
-			Do: func(ctx context.Context) error {
-				u, g, _ := strings.Cut(owner, ":")
-				_, err := sh.Run(ctx, fmt.Sprintf("install -d -m %o -o %s -g %s %s", d.Mode.Perm(), remote.Quote(u), remote.Quote(g), remote.Quote(d.Path)), nil)
-				return err
+		attrsOnly := !r.Content
+		// Files are written side by side (Parallel, one lane each): the
+		// directories above come first, and no write depends on another.
+		actions = append(actions, plan.Action{Host: h.Name, Kind: plan.Write, Desc: desc, Diff: diff, Restarts: mf.Components,
+			Parallel: true, Lane: f.Path, Do: func(ctx context.Context) error {
+				// The markers first, in the same command: if the write
+				// succeeds and the run dies before the restart, the next
+				// run still restarts. The cache entry then spares the next
+				// plan reading the file.
+				return remote.Put(ctx, sh, f, remote.PutOptions{Markers: markers, Cache: sumsCache, AttrsOnly: attrsOnly})
 			}})
 	}
-	return nil
-}
-
-func (c *Cluster) markRestart(ctx context.Context, sh remote.Host, comps []string) error {
-	if len(comps) == 0 {
-		return nil
-	}
-	var paths []string
-	for _, comp := range comps {
-		paths = append(paths, remote.Quote(path.Join(restartDir, comp)))
-	}
-	_, err := sh.Run(ctx, "mkdir -p -m 0700 "+restartDir+" && touch "+strings.Join(paths, " "), nil)
-	return err
+	return actions, nil
 }
 
 // shortDiff is a unified-ish diff of a text file on the host against want,
@@ -434,24 +408,21 @@ func clearRestart(ctx context.Context, sh remote.Host, comp string) error {
 // that the inventory no longer wants it on: it is system:masters, and a
 // copy nobody asked for is a copy more to steal. Reading is the plan; rm
 // is the action. Only hardway's own path in hardway's own directory.
-func (c *Cluster) oldAdminKubeconfigAction(ctx context.Context, sh remote.Host, m *units.Manifest) (*plan.Action, error) {
+// mayHaveOldAdmin says whether to look for it on m's host.
+func (c *Cluster) mayHaveOldAdmin(m *units.Manifest) bool {
 	if !slices.Contains(m.Components, units.APIServer) {
-		return nil, nil
+		return false
 	}
-	if _, wanted := m.File(units.AdminKubeconfig); wanted {
-		return nil, nil
-	}
-	out, err := sh.Run(ctx, "if [ -e "+units.AdminKubeconfig+" ]; then echo present; fi", nil)
-	if err != nil {
-		return nil, fmt.Errorf("look for %s: %w", units.AdminKubeconfig, err)
-	}
-	if strings.TrimSpace(string(out)) != "present" {
-		return nil, nil
-	}
-	return &plan.Action{Host: sh.Name(), Kind: plan.Write,
+	_, wanted := m.File(units.AdminKubeconfig)
+	return !wanted
+}
+
+// oldAdminKubeconfigAction removes it (planPushHost found it there).
+func (c *Cluster) oldAdminKubeconfigAction(sh remote.Host) plan.Action {
+	return plan.Action{Host: sh.Name(), Kind: plan.Write,
 		Desc: "remove " + units.AdminKubeconfig + " (system:masters; pki.adminKubeconfigOnHosts is off)",
 		Do: func(ctx context.Context) error {
 			_, err := sh.Run(ctx, "rm -f "+units.AdminKubeconfig, nil)
 			return err
-		}}, nil
+		}}
 }

@@ -116,6 +116,22 @@ func TestPlanPush(t *testing.T) {
 	for _, h := range inv.ControlPlane {
 		assertReadOnly(t, h.Name, fc.commands(h.Name))
 	}
+	// Writes run side by side, each in its own lane, after the (not
+	// parallel) directories; one command marks the restart, writes the
+	// file and records its stat cache entry, in that order.
+	if !w.Parallel || w.Lane != unit || d.Parallel {
+		t.Errorf("write Parallel %v lane %q, directory Parallel %v", w.Parallel, w.Lane, d.Parallel)
+	}
+	before := len(fc.commands("c2"))
+	if err := w.Do(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cmds := fc.commands("c2")[before:]
+	marker := "touch -- " + restartDir + "/" + units.Scheduler
+	if len(cmds) != 1 || !strings.Contains(cmds[0], marker) || strings.Index(cmds[0], marker) > strings.Index(cmds[0], "cat > ") ||
+		strings.Index(cmds[0], sumsCache) < strings.Index(cmds[0], "mv -f -- ") {
+		t.Errorf("write ran %d command(s): %q", len(cmds), cmds)
+	}
 }
 
 func TestServiceOps(t *testing.T) {
