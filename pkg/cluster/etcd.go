@@ -60,7 +60,10 @@ func (c *Cluster) planEtcd(ctx context.Context, earlier plan.Planned) ([]plan.Ac
 				guard: func(ctx context.Context) error { return c.othersHealthy(ctx, h) },
 			}))
 		default:
+			// Queued without blocking, on every host at once; the wait
+			// that follows waits for them together.
 			started = started || a.Kind == plan.Start
+			a.Parallel = true
 			starts = append(starts, *a)
 		}
 	}

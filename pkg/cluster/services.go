@@ -202,17 +202,29 @@ func (c *Cluster) planControlPlane(ctx context.Context, earlier plan.Planned) ([
 	if err != nil {
 		return nil, err
 	}
-	var actions []plan.Action
+	var starts, restarts []plan.Action
 	for _, comp := range []string{units.APIServer, units.ControllerManager, units.Scheduler} {
 		for _, h := range c.Inv.ControlPlane {
 			sh, err := c.Host(ctx, h.Name)
 			if err != nil {
 				return nil, err
 			}
-			if a := c.serviceAction(h, sh, snaps[h.Name], comp, serviceOpts{wait: func(ctx context.Context) error { return c.componentHealthy(ctx, h, comp) }}); a != nil {
-				actions = append(actions, *a)
+			a := c.serviceAction(h, sh, snaps[h.Name], comp, serviceOpts{wait: func(ctx context.Context) error { return c.componentHealthy(ctx, h, comp) }})
+			switch {
+			case a == nil:
+			case a.Kind == plan.Restart:
+				// A running component: one host at a time, each waiting
+				// for its health before the next goes down.
+				restarts = append(restarts, *a)
+			default:
+				// Not running: nothing is served there to keep, so every
+				// host starts at once (a new cluster waits once, not three
+				// times). One host's components still go in order,
+				// apiserver first, each after the one before is healthy.
+				a.Parallel = true
+				starts = append(starts, *a)
 			}
 		}
 	}
-	return actions, nil
+	return append(starts, restarts...), nil
 }

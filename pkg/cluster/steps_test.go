@@ -260,6 +260,11 @@ func TestPlanEtcd(t *testing.T) {
 				if !strings.HasPrefix(got[i], tt.want[i]) {
 					t.Errorf("action %d = %q, want %q…", i, got[i], tt.want[i])
 				}
+				// Only starts of stopped members go together; a restart
+				// of a running one, a wait or a membership change never.
+				if want := as[i].Kind == plan.Start; as[i].Parallel != want {
+					t.Errorf("action %d %q: Parallel %v", i, got[i], as[i].Parallel)
+				}
 			}
 			if m := fc.etcd.mutations(); len(m) > 0 {
 				t.Fatalf("planning changed etcd: %q", m)
@@ -277,6 +282,79 @@ func TestPlanEtcd(t *testing.T) {
 			}
 			if m := fc.etcd.mutations(); !slices.Equal(m, tt.do) {
 				t.Fatalf("etcd changes %q, want %q", m, tt.do)
+			}
+		})
+	}
+}
+
+// The control plane of a new cluster starts on every host at once (one
+// host's components in order); on a live cluster a component whose files
+// changed restarts host by host behind its health wait, never in parallel,
+// and after the stopped ones are started.
+func TestPlanControlPlaneStartsTogetherRestartsRoll(t *testing.T) {
+	ctx := context.Background()
+	inv := threeHosts(t)
+	st := generated(t, inv)
+	cp := []string{units.APIServer, units.ControllerManager, units.Scheduler}
+	type want struct {
+		desc     string
+		parallel bool
+	}
+	tests := []struct {
+		name    string
+		setup   func(fc *fakeCluster)
+		earlier plan.Planned
+		want    []want
+	}{
+		{name: "new cluster",
+			setup: func(fc *fakeCluster) {
+				for _, m := range fc.model {
+					for _, comp := range cp {
+						m.units[comp] = remote.UnitState{State: "inactive"}
+					}
+				}
+			},
+			want: []want{
+				{"start c1: kube-apiserver: enable, start", true}, {"start c2: kube-apiserver: enable, start", true}, {"start c3: kube-apiserver: enable, start", true},
+				{"start c1: kube-controller-manager: enable, start", true}, {"start c2: kube-controller-manager: enable, start", true}, {"start c3: kube-controller-manager: enable, start", true},
+				{"start c1: kube-scheduler: enable, start", true}, {"start c2: kube-scheduler: enable, start", true}, {"start c3: kube-scheduler: enable, start", true},
+			}},
+		{name: "live cluster, files changed on every host",
+			earlier: plan.Planned{
+				{Host: "c1", Kind: plan.Write, Restarts: []string{units.APIServer}},
+				{Host: "c2", Kind: plan.Write, Restarts: []string{units.APIServer}},
+				{Host: "c3", Kind: plan.Write, Restarts: []string{units.APIServer, units.Scheduler}},
+			},
+			want: []want{
+				{"restart c1: kube-apiserver: restart", false}, {"restart c2: kube-apiserver: restart", false}, {"restart c3: kube-apiserver: restart", false},
+				{"restart c3: kube-scheduler: restart", false},
+			}},
+		{name: "live cluster, one apiserver stopped and another changed",
+			setup: func(fc *fakeCluster) {
+				fc.model["c3"].units[units.APIServer] = remote.UnitState{State: "failed", Enabled: true}
+			},
+			earlier: plan.Planned{{Host: "c1", Kind: plan.Write, Restarts: []string{units.APIServer}}},
+			want:    []want{{"start c3: kube-apiserver: start", true}, {"restart c1: kube-apiserver: restart", false}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fc := newFakeCluster(t, inv, Options{State: st, ServiceTimeout: 5e9}, models(inv, runningHost))
+			if tt.setup != nil {
+				tt.setup(fc)
+			}
+			as, err := fc.planControlPlane(ctx, tt.earlier)
+			if err != nil || len(as) != len(tt.want) {
+				t.Fatalf("%v %q", err, descs(as))
+			}
+			for i, a := range as {
+				d := descs(as[i : i+1])[0]
+				if !strings.HasPrefix(d, tt.want[i].desc) || a.Parallel != tt.want[i].parallel {
+					t.Errorf("action %d = %q Parallel %v, want %q Parallel %v", i, d, a.Parallel, tt.want[i].desc, tt.want[i].parallel)
+				}
+			}
+			for _, h := range inv.ControlPlane {
+				assertReadOnly(t, h.Name, fc.commands(h.Name))
 			}
 		})
 	}

@@ -127,7 +127,11 @@ func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan
 		switch {
 		case isFresh(sn):
 			// Nothing runs there yet: no pod can be disturbed, so new
-			// workers start together and are waited for together.
+			// workers start together (Parallel: one host's actions in
+			// order, the hosts at once) and are waited for together.
+			for i := range as {
+				as[i].Parallel = true
+			}
 			fresh = append(fresh, as...)
 			freshNames = append(freshNames, w.Name)
 		case restarted:

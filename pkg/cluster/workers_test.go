@@ -319,6 +319,13 @@ func TestPlanWorkersFresh(t *testing.T) {
 	if got := wdescs(as); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+	// The new workers' actions run side by side (each host's in order);
+	// the wait and what follows it do not.
+	for i, a := range as {
+		if a.Parallel != (i < 12) {
+			t.Errorf("action %d %q: Parallel %v", i, want[i], a.Parallel)
+		}
+	}
 	if w := wf.writes(); len(w) > 0 {
 		t.Fatalf("the plan changed hosts: %v", w)
 	}
@@ -407,6 +414,12 @@ func TestPlanWorkersRollsRunningWorkers(t *testing.T) {
 	}
 	if got := wdescs(as); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Running workers roll one at a time: nothing here runs side by side.
+	for i, a := range as {
+		if a.Parallel {
+			t.Errorf("action %d %q is Parallel on running workers", i, want[i])
+		}
 	}
 }
 
