@@ -163,7 +163,7 @@ func ImportBundle(ctx context.Context, src string, opts Options) (*Set, error) {
 			return nil, usererr.Errorf(hint, "%s: %s does not match the bundle's lock:\n  locked sha256 %s\n  got    sha256 %s",
 				src, name, e.SHA256, x.SHA256)
 		}
-		if _, err := r.cache.commitFile(x.tmp, x.SHA256); err != nil {
+		if _, err := r.cache.commitFile(x.tmp, x.Digests); err != nil {
 			return nil, err
 		}
 		r.prog.Done(name, e.Version+": imported from bundle")

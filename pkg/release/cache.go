@@ -13,6 +13,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -30,7 +32,12 @@ import (
 // A blob only appears by rename after its digest matched, so a reader never
 // sees a partial file, and a blob whose bytes rotted is found out by
 // hashing it on use.
-type Cache struct{ Dir string }
+type Cache struct {
+	Dir string
+	// Memo lets lookups record what they hashed in the stat memo (see
+	// remembered); plans resolve without it, as a plan writes nothing.
+	Memo bool
+}
 
 // DefaultCacheDir is $XDG_CACHE_HOME/hardway, else ~/.cache/hardway.
 func DefaultCacheDir() (string, error) {
@@ -122,6 +129,9 @@ func (c Cache) lookup(sha256hex string) (Digests, string, bool, error) {
 		return Digests{}, "", false, nil
 	}
 	p := c.BlobPath(sha256hex)
+	if d, ok := c.remembered(p, sha256hex); ok {
+		return d, p, true, nil
+	}
 	d, err := HashFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Digests{}, "", false, nil
@@ -135,7 +145,79 @@ func (c Cache) lookup(sha256hex string) (Digests, string, bool, error) {
 		}
 		return Digests{}, "", false, errCorrupted
 	}
+	if c.Memo {
+		c.remember(p, d)
+	}
 	return d, p, true, nil
+}
+
+// The stat memo, <dir>/verified, spares hashing a blob again on every run
+// (seconds for a release set): one line per blob hashed, "path size inode
+// mtime ctime<TAB>sha256 sha512". A blob whose stat is still the one
+// recorded is the file that was hashed: ctime cannot be set from user space,
+// so any change to it since (rot aside) shows. Git's index works the same
+// way. Deleting the file makes the next run hash every blob again.
+func (c Cache) memoPath() string { return filepath.Join(c.Dir, "verified") }
+
+// memoLines bounds the memo; past it the oldest half goes (a lost line
+// only costs one hash).
+const memoLines = 1024
+
+func statKey(p string) (string, bool) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "", false
+	}
+	return fmt.Sprintf("%s %d %d %d.%09d %d.%09d", p, fi.Size(), st.Ino, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec), true
+}
+
+// remembered returns the digests the memo holds for the blob at p with the
+// name sha256hex, if its stat is unchanged since they were recorded.
+func (c Cache) remembered(p, sha256hex string) (Digests, bool) {
+	key, ok := statKey(p)
+	if !ok {
+		return Digests{}, false
+	}
+	b, err := os.ReadFile(c.memoPath())
+	if err != nil {
+		return Digests{}, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, "\t")
+		if !ok || k != key {
+			continue
+		}
+		s256, s512, ok := strings.Cut(v, " ")
+		if ok && s256 == sha256hex && len(s512) == 128 {
+			fields := strings.Fields(k)
+			size, _ := strconv.ParseInt(fields[len(fields)-4], 10, 64)
+			return Digests{SHA256: s256, SHA512: s512, Size: size}, true
+		}
+	}
+	return Digests{}, false
+}
+
+// remember records d for the blob at p; best effort.
+func (c Cache) remember(p string, d Digests) {
+	key, ok := statKey(p)
+	if !ok {
+		return
+	}
+	f, err := os.OpenFile(c.memoPath(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	_, _ = fmt.Fprintf(f, "%s\t%s %s\n", key, d.SHA256, d.SHA512)
+	_ = f.Close()
+	if b, err := os.ReadFile(c.memoPath()); err == nil {
+		if lines := strings.SplitAfter(string(b), "\n"); len(lines) > memoLines {
+			_ = fsutil.WriteFile(c.memoPath(), []byte(strings.Join(lines[len(lines)-memoLines/2:], "")), 0o600)
+		}
+	}
 }
 
 var errCorrupted = errors.New("corrupted cache entry removed")
@@ -173,14 +255,16 @@ func (c Cache) writeSource(s source) error {
 
 // commitFile moves a verified temporary file into the cache. Renaming over
 // an existing blob is harmless: same name, same bytes.
-func (c Cache) commitFile(tmp string, sha256hex string) (string, error) {
-	dst := c.BlobPath(sha256hex)
+func (c Cache) commitFile(tmp string, d Digests) (string, error) {
+	dst := c.BlobPath(d.SHA256)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return "", err
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		return "", fmt.Errorf("add to cache: %w", err)
 	}
+	// Just verified: the next run need not hash it again.
+	c.remember(dst, d)
 	return dst, nil
 }
 
@@ -278,7 +362,7 @@ func (p *partial) discard() {
 func (p *partial) close() { p.f.Close() }
 
 // commit moves the finished, verified download into the cache.
-func (p *partial) commit(c Cache, sha256hex string) (string, error) {
+func (p *partial) commit(c Cache, d Digests) (string, error) {
 	if err := p.f.Sync(); err != nil {
 		p.f.Close()
 		return "", err
@@ -289,5 +373,5 @@ func (p *partial) commit(c Cache, sha256hex string) (string, error) {
 	if err := os.Chmod(p.f.Name(), 0o644); err != nil {
 		return "", err
 	}
-	return c.commitFile(p.f.Name(), sha256hex)
+	return c.commitFile(p.f.Name(), d)
 }

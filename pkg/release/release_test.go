@@ -414,11 +414,19 @@ func TestCorruptedCacheRefetched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	memo, err := os.ReadFile(filepath.Join(o.CacheDir, "verified"))
+	if err != nil || !strings.Contains(string(memo), s.Artifacts[0].Path+" ") {
+		t.Fatalf("the blobs just verified are not in the stat memo: %v\n%s", err, memo)
+	}
+	// Rot in place with the mtime put back: the ctime moved, so the memo
+	// does not vouch for the blob, and it is hashed and found out.
 	for _, n := range []string{"kubectl", "etcdctl"} {
 		a, _ := s.Get(n)
+		fi, _ := os.Stat(a.Path)
 		data, _ := os.ReadFile(a.Path)
 		data[5] ^= 0xff
 		os.WriteFile(a.Path, data, 0o644)
+		os.Chtimes(a.Path, fi.ModTime(), fi.ModTime())
 	}
 	s, err = Resolve(ctx, o)
 	if err != nil {
@@ -429,6 +437,44 @@ func TestCorruptedCacheRefetched(t *testing.T) {
 		if a, _ := s.Get(n); a.Source != want {
 			t.Errorf("%s: source %s, want %s", n, a.Source, want)
 		}
+	}
+}
+
+// A plan's resolve (NoLockWrite) only reads the stat memo; any other
+// resolve records the blobs it had to hash, so the next one hashes none.
+func TestStatMemo(t *testing.T) {
+	m := newMirror(t, "v3.6.16", "v1.36.3")
+	o := m.httpOpts(t, "v1.36.3")
+	if _, err := Resolve(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	memo := filepath.Join(o.CacheDir, "verified")
+	os.Remove(memo)
+	p := o
+	p.Offline, p.NoLockWrite = true, true
+	if _, err := Resolve(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(memo); !os.IsNotExist(err) {
+		t.Fatalf("a plan's resolve wrote the memo: %v", err)
+	}
+	o.Offline = true
+	s, err := Resolve(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(memo)
+	for _, a := range s.Artifacts {
+		if !strings.Contains(string(b), a.Path+" ") {
+			t.Errorf("%s not in the memo", a.Name)
+		}
+	}
+	n := strings.Count(string(b), "\n")
+	if _, err := Resolve(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(memo); strings.Count(string(b), "\n") != n {
+		t.Errorf("a resolve with every blob in the memo hashed again: %d lines, then %d", n, strings.Count(string(b), "\n"))
 	}
 }
 

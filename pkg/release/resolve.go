@@ -46,7 +46,8 @@ type Options struct {
 	UpdateLock bool   // re-resolve and rewrite the lock instead of enforcing it
 	Jobs       int    // parallel downloads; default 4
 	// NoLockWrite leaves the lock file alone: the set's Lock says what it
-	// should hold (a plan only reads; writing it is an action).
+	// should hold (a plan only reads; writing it is an action). Nor does
+	// it record hashed blobs in the cache's stat memo.
 	NoLockWrite bool
 
 	Fetcher  *Fetcher // nil: defaults
@@ -171,7 +172,7 @@ func newResolver(opts Options) (*resolver, error) {
 	if opts.LockPath == "" {
 		return nil, errors.New("release: no lock path")
 	}
-	r := &resolver{opts: opts, cache: Cache{Dir: opts.CacheDir}, f: opts.Fetcher, prog: opts.Progress}
+	r := &resolver{opts: opts, cache: Cache{Dir: opts.CacheDir, Memo: !opts.NoLockWrite}, f: opts.Fetcher, prog: opts.Progress}
 	if r.f == nil {
 		r.f = &Fetcher{}
 	}
@@ -521,7 +522,7 @@ func (r *resolver) obtain(ctx context.Context, s spec, sums *sumFiles) (Artifact
 			}
 			return Artifact{}, err
 		}
-		bp, err := p.commit(r.cache, d.SHA256)
+		bp, err := p.commit(r.cache, d)
 		if err != nil {
 			return Artifact{}, fmt.Errorf("%s: %w", s.Name, err)
 		}
@@ -608,7 +609,7 @@ func (r *resolver) extract(specs []spec, arts []Artifact) error {
 		for _, i := range idx {
 			s := specs[i]
 			x := got[s.Member]
-			p, err := r.cache.commitFile(x.tmp, x.SHA256)
+			p, err := r.cache.commitFile(x.tmp, x.Digests)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.Name, err)
 			}
