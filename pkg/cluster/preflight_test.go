@@ -48,20 +48,30 @@ func TestHostFacts(t *testing.T) {
 		fsync    string
 		problems []string
 		warnings []string
+		took     time.Duration // on the host, between the two clock readings
+		skipped  bool
 	}{
 		{"healthy", fmt.Sprintf("%d\nLinux\nx86_64\nsystemd\n73400320\nport 0.0.0.0:22 users:((\"sshd\",pid=1))\nport 10.240.0.11:2379 users:((\"etcd\",pid=9))\nport *:10257 users:((\"kube-controller\",pid=10,fd=5))\n", now),
-			"s 2000000\nb 1000000\n", nil, nil},
+			"s 2000000\nb 1000000\n", nil, nil, 0, false},
+		// The probe took 3s on the host: not part of the round trip, so the
+		// clock is not taken for 1.5s off.
+		{"healthy, slow probe", fmt.Sprintf("%d\nLinux\nx86_64\nsystemd\n73400320\n", now),
+			"s 2000000\nb 1000000\n", nil, nil, 3 * time.Second, false},
+		{"etcd runs: no probe", fmt.Sprintf("%d\nLinux\nx86_64\nsystemd\n73400320\n", now),
+			"fsync skipped\n", nil, nil, 0, true},
 		{"wrong arch, no systemd, port taken, slow disk, skewed clock",
 			fmt.Sprintf("%d\nLinux\naarch64\nno-systemd\n1024\nport *:6443 users:((\"nginx\",pid=7))\n", now+int64(10*time.Second)),
 			"s 50000000\nb 1000000\n",
 			[]string{"architecture aarch64", "systemd is not running", "only 1 MiB free", "port 6443 is taken by users:((\"nginx\"", "s off this machine's"},
-			[]string{"fsync p99 49ms"}},
+			[]string{"fsync p99 49ms"}, 0, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f := remotetest.New(t, "c1")
-			f.ExpectMatch(`^date \+%s%N\nuname -s`).Returns(c.facts)
-			f.ExpectMatch(`dd if=/dev/zero`).Returns(c.fsync)
+			// One command: the facts, then the fsync probe (unless etcd
+			// runs), then the clock again.
+			f.ExpectMatch(`(?s)^date \+%s%N\nuname -s.*systemctl is-active --quiet etcd.service.*dd if=/dev/zero.*end \$\(date`).Returns(
+				c.facts + c.fsync + fmt.Sprintf("end %d\n", now+int64(c.took)))
 			cl := New(testInventory(t), Options{})
 			hf, err := cl.hostFacts(context.Background(), f)
 			if err != nil {
@@ -79,6 +89,9 @@ func TestHostFacts(t *testing.T) {
 			}
 			check("problems", hf.Problems, c.problems)
 			check("warnings", hf.Warnings, c.warnings)
+			if hf.FsyncSkipped != c.skipped || abs(hf.Skew) > time.Second && c.problems == nil {
+				t.Errorf("fsync skipped %v, skew %s", hf.FsyncSkipped, hf.Skew)
+			}
 		})
 	}
 }
