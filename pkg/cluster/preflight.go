@@ -52,16 +52,16 @@ var ports = func() map[int]struct{ comm, service string } {
 
 // HostFacts is what preflight learned about a host.
 type HostFacts struct {
-	Host       string
-	Arch       string
-	Skew       time.Duration
-	FreeKiB    int64
-	FsyncP99   time.Duration
+	Host     string
+	Arch     string
+	Skew     time.Duration
+	FreeKiB  int64
+	FsyncP99 time.Duration
 	// FsyncSkipped: etcd runs on the host, so the disk was not probed.
 	FsyncSkipped bool
-	Problems   []string // failures
-	Warnings   []string
-	PortOwners map[int]string
+	Problems     []string // failures
+	Warnings     []string
+	PortOwners   map[int]string
 }
 
 func (c *Cluster) planPreflight(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {

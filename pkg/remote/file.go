@@ -427,12 +427,8 @@ func put(ctx context.Context, h Host, f *File, o PutOptions) error {
 		verb = "fix mode and owner of"
 	}
 	fmt.Fprintf(&s, "# %s %s\nset -e\numask 077\n", verb, f.Path)
-	if len(o.Markers) > 0 {
-		s.WriteString("touch --")
-		for _, m := range o.Markers {
-			s.WriteString(" " + Quote(m))
-		}
-		s.WriteString("\n")
+	for _, m := range o.Markers {
+		fmt.Fprintf(&s, "[ -d %[1]s ] || mkdir -p -m 0700 -- %[1]s\ntouch -- %[2]s\n", Quote(path.Dir(m)), Quote(m))
 	}
 	if o.AttrsOnly {
 		s.WriteString(attrsScript(f, Quote(f.Path)))
