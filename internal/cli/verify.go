@@ -19,12 +19,15 @@ import (
 func (a *App) newVerifyCmd() *cobra.Command {
 	var output, cacheDir string
 	var timeout time.Duration
+	var rehash bool
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Prove, on the live hosts, that the cluster is what the inventory says",
 		Long: `verify runs named checks and reports each as pass, warn or fail with a
 one-line hint: the local PKI; per host the SSH connection, the binaries
-against hardway.lock, every pushed file against the rendered one (drift),
+against hardway.lock, every pushed file against the rendered one (drift;
+files unchanged since hardway wrote them are known by their stat, --rehash
+reads every byte),
 units enabled and active, clock skew; etcd health, members (stale ones named
 with the command that removes them), leader and alarms; every apiserver's
 /livez and /readyz; controller-manager and scheduler /healthz and their
@@ -59,9 +62,10 @@ longer exist). Exit code 1 when any check fails.`,
 			if err != nil {
 				return err
 			}
-			c := cluster.New(inv, cluster.Options{State: st, Release: ro, Trace: lg.Command})
+			c := cluster.New(inv, cluster.Options{State: st, Release: ro, Trace: lg.Command, Rehash: rehash})
 			defer c.Close()
-			rep := verify.Run(cmd.Context(), c.Checks(), 4, timeout)
+			// Most checks wait on a host or a tunnel, not on this CPU.
+			rep := verify.Run(cmd.Context(), c.Checks(), 16, timeout)
 			rep.WriteTable(lg)
 			if output == "json" {
 				err = rep.WriteJSON(a.Stdout)
@@ -77,6 +81,7 @@ longer exist). Exit code 1 when any check fails.`,
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text (a table) or json")
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "time limit per check")
+	cmd.Flags().BoolVar(&rehash, "rehash", false, "read every byte of every pushed file; by default a file whose size, inode, mtime and ctime are those recorded when hardway wrote it is not read again (any change to it moves its ctime; rot on the disk does not)")
 	cmd.Flags().StringVar(&cacheDir, "cache-dir", "", "download cache (default $XDG_CACHE_HOME/hardway)")
 	return cmd
 }

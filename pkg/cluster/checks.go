@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-version"
@@ -43,7 +44,7 @@ func (c *Cluster) Checks() []verify.Check {
 	for _, h := range c.Inv.ControlPlane {
 		checks = append(checks,
 			verify.Check{Name: "host", Doc: "SSH with a verified host key, units enabled and active, clock", Run: func(ctx context.Context) []verify.Result { return c.checkHost(ctx, h) }},
-			verify.Check{Name: CheckHostFiles, Doc: "binaries match the lock, files match the rendered ones (every byte read)", Run: func(ctx context.Context) []verify.Result { return c.checkHostFiles(ctx, h) }})
+			verify.Check{Name: CheckHostFiles, Doc: "binaries match the lock, files match the rendered ones (by the stat cache; every byte with --rehash)", Run: func(ctx context.Context) []verify.Result { return c.checkHostFiles(ctx, h) }})
 	}
 	checks = append(checks,
 		verify.Check{Name: "etcd", Doc: "every member healthy, member list equals the inventory, one leader, no alarms", Run: c.checkEtcd},
@@ -89,11 +90,29 @@ func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Resu
 		return []verify.Result{res(CheckHostSSH, verify.Failf(h.Name, hintOf(err, "check the address, the SSH key and known_hosts"), "%v", err))}
 	}
 	out := []verify.Result{res(CheckHostSSH, verify.OKf(h.Name, "connected, host key verified"))}
+	// One command: the clock, every unit's state, the clock again (the
+	// time the command took on the host is not part of the round trip).
+	var script strings.Builder
+	script.WriteString("date +%s%N\n")
 	for _, comp := range units.Names(units.ControlPlane) {
-		st, err := remote.QueryUnit(ctx, sh, comp+".service")
-		switch {
-		case err != nil:
+		fmt.Fprintf(&script, "echo '@%s'; %s\n", comp, remote.ShowCommand(comp+".service"))
+	}
+	script.WriteString("echo '@end'; date +%s%N\n")
+	t0 := time.Now()
+	b, err := sh.Run(ctx, script.String(), nil)
+	t1 := time.Now()
+	if err != nil {
+		for _, comp := range units.Names(units.ControlPlane) {
 			out = append(out, res(CheckHostUnits, verify.Failf(h.Name, timeoutHint(err), "%s: %v", comp, err)))
+		}
+		return out
+	}
+	clock, rest, _ := strings.Cut(string(b), "\n")
+	rest, end, _ := strings.Cut(rest, "@end\n")
+	sn := parseSnapshot(rest)
+	for _, comp := range units.Names(units.ControlPlane) {
+		st := sn.Units[comp]
+		switch {
 		case !st.Active:
 			out = append(out, res(CheckHostUnits, verify.Failf(h.Name, fmt.Sprintf("see 'journalctl -u %s' on %s; 'hardway up' starts it", comp, h.Name), "%s is not active", comp)))
 		case !st.Enabled:
@@ -102,14 +121,13 @@ func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Resu
 			out = append(out, res(CheckHostUnits, verify.OKf(h.Name, "%s enabled and active since %s", comp, st.ActiveEnter)))
 		}
 	}
-
-	t0 := time.Now()
-	b, err := sh.Run(ctx, "date +%s%N", nil)
-	t1 := time.Now()
-	if err == nil {
-		var ns int64
-		fmt.Sscan(strings.TrimSpace(string(b)), &ns)
-		skew := time.Unix(0, ns).Sub(t0.Add(t1.Sub(t0) / 2))
+	var ns, ens int64
+	if _, err := fmt.Sscan(strings.TrimSpace(clock), &ns); err == nil {
+		rtt := t1.Sub(t0)
+		if _, err := fmt.Sscan(strings.TrimSpace(end), &ens); err == nil && ens >= ns {
+			rtt = max(rtt-time.Duration(ens-ns), 0)
+		}
+		skew := time.Unix(0, ns).Sub(t0.Add(rtt / 2))
 		if abs(skew) > maxClockSkew {
 			out = append(out, res(CheckHostClock, verify.Failf(h.Name, "run chrony or systemd-timesyncd on every host", "clock is %s off", skew.Round(time.Millisecond))))
 		} else {
@@ -119,8 +137,11 @@ func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Resu
 	return out
 }
 
-// checkHostFiles compares every pushed file with what up would push; it reads
-// every byte on the host (no stat cache): this is the proof, not the shortcut.
+// checkHostFiles compares every pushed file with what up would push, in one
+// command per host: a file whose size, inode, mtime and ctime are still the
+// ones recorded when hardway wrote it is not read again (any write to it
+// since moved its ctime); the others are hashed. With Options.Rehash every
+// byte is read (rot on the disk changes no stat).
 func (c *Cluster) checkHostFiles(ctx context.Context, h inventory.Host) []verify.Result {
 	res := func(check string, r verify.Result) verify.Result { r.Check = check; r.Host = h.Name; return r }
 	sh, err := c.Host(ctx, h.Name)
@@ -135,7 +156,7 @@ func (c *Cluster) checkHostFiles(ctx context.Context, h inventory.Host) []verify
 	files, err := c.remoteFiles(c.manifest(h.Name))
 	if err != nil {
 		out = append(out, res(CheckHostFiles, verify.Failf(h.Name, hintOf(err, "run 'hardway fetch'"), "cannot compare files: %v", err)))
-	} else if cmp, err := remote.Compare(ctx, sh, files); err != nil {
+	} else if cmp, _, err := remote.Inspect(ctx, sh, files, map[bool]string{false: sumsCache, true: ""}[c.opt.Rehash], nil); err != nil {
 		out = append(out, res(CheckHostFiles, verify.Failf(h.Name, timeoutHint(err), "compare files: %v", err)))
 	} else {
 		var bins, other []string
@@ -180,23 +201,33 @@ func (c *Cluster) checkEtcd(ctx context.Context) []verify.Result {
 	var out []verify.Result
 	var seen []leaderSeen
 	var statuses []memberState // of the healthy members, for the alarms' hint
-	for _, h := range c.Inv.ControlPlane {
+	// The members are asked at once: an election between two answers is
+	// then less likely too (see leaderResult).
+	per := make([]verify.Result, len(c.Inv.ControlPlane))
+	sts := make([]*etcd.Status, len(c.Inv.ControlPlane))
+	eachHost(c.Inv.ControlPlane, func(i int, h inventory.Host) {
 		ep := c.etcdEndpoint(h)
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		err := cli.Health(hctx, ep)
 		var st etcd.Status
 		if err == nil {
 			st, err = cli.Status(hctx, ep)
 		}
-		cancel()
 		if err != nil {
-			out = append(out, verify.Result{Check: CheckEtcdHealth, Host: h.Name, Status: verify.Fail, Message: err.Error(),
-				Hint: fmt.Sprintf("see 'journalctl -u etcd' on %s; 'hardway up' starts it again", h.Name)})
-			continue
+			per[i] = verify.Result{Check: CheckEtcdHealth, Host: h.Name, Status: verify.Fail, Message: err.Error(),
+				Hint: fmt.Sprintf("see 'journalctl -u etcd' on %s; 'hardway up' starts it again", h.Name)}
+			return
 		}
-		seen = append(seen, leaderSeen{leader: st.Leader, term: st.RaftTerm})
-		statuses = append(statuses, memberState{h: h, ep: ep, st: st})
-		out = append(out, verify.Result{Check: CheckEtcdHealth, Host: h.Name, Status: verify.Pass, Message: "healthy"})
+		sts[i] = &st
+		per[i] = verify.Result{Check: CheckEtcdHealth, Host: h.Name, Status: verify.Pass, Message: "healthy"}
+	})
+	for i, h := range c.Inv.ControlPlane {
+		if sts[i] != nil {
+			seen = append(seen, leaderSeen{leader: sts[i].Leader, term: sts[i].RaftTerm})
+			statuses = append(statuses, memberState{h: h, ep: c.etcdEndpoint(h), st: *sts[i]})
+		}
+		out = append(out, per[i])
 	}
 	ms, err := cli.Members(ctx)
 	if err != nil {
@@ -246,17 +277,17 @@ func leaderResult(seen []leaderSeen) verify.Result {
 }
 
 func (c *Cluster) checkAPIServers(ctx context.Context) []verify.Result {
-	var out []verify.Result
-	for _, h := range c.Inv.ControlPlane {
+	per := make([][]verify.Result, len(c.Inv.ControlPlane))
+	eachHost(c.Inv.ControlPlane, func(i int, h inventory.Host) {
 		cs, err := c.Kube(h)
 		if err != nil {
-			out = append(out, verify.Result{Check: CheckAPIServerReadyz, Host: h.Name, Status: verify.Fail, Message: err.Error()})
-			continue
+			per[i] = append(per[i], verify.Result{Check: CheckAPIServerReadyz, Host: h.Name, Status: verify.Fail, Message: err.Error()})
+			return
 		}
 		if err := kube.Livez(ctx, cs); err != nil {
-			out = append(out, verify.Result{Check: CheckAPIServerLivez, Host: h.Name, Status: verify.Fail, Message: err.Error(), Hint: "see 'journalctl -u kube-apiserver' on " + h.Name})
+			per[i] = append(per[i], verify.Result{Check: CheckAPIServerLivez, Host: h.Name, Status: verify.Fail, Message: err.Error(), Hint: "see 'journalctl -u kube-apiserver' on " + h.Name})
 		} else {
-			out = append(out, verify.Result{Check: CheckAPIServerLivez, Host: h.Name, Status: verify.Pass, Message: "ok"})
+			per[i] = append(per[i], verify.Result{Check: CheckAPIServerLivez, Host: h.Name, Status: verify.Pass, Message: "ok"})
 		}
 		body, err := kube.Readyz(ctx, cs)
 		if err != nil {
@@ -264,24 +295,40 @@ func (c *Cluster) checkAPIServers(ctx context.Context) []verify.Result {
 			if f := kube.FailedReadyChecks(body); len(f) > 0 {
 				msg = "failing: " + strings.Join(f, "; ")
 			}
-			out = append(out, verify.Result{Check: CheckAPIServerReadyz, Host: h.Name, Status: verify.Fail, Message: msg, Hint: "an etcd failure here means the apiserver cannot reach etcd: check 'hardway verify' etcd lines"})
+			per[i] = append(per[i], verify.Result{Check: CheckAPIServerReadyz, Host: h.Name, Status: verify.Fail, Message: msg, Hint: "an etcd failure here means the apiserver cannot reach etcd: check 'hardway verify' etcd lines"})
 		} else {
-			out = append(out, verify.Result{Check: CheckAPIServerReadyz, Host: h.Name, Status: verify.Pass, Message: "ok"})
+			per[i] = append(per[i], verify.Result{Check: CheckAPIServerReadyz, Host: h.Name, Status: verify.Pass, Message: "ok"})
 		}
+	})
+	var out []verify.Result
+	for _, rs := range per {
+		out = append(out, rs...)
 	}
 	return out
+}
+
+// eachHost calls fn for every host at once and returns when all are done;
+// fn writes its results by index, so the report keeps inventory order.
+func eachHost(hosts []inventory.Host, fn func(i int, h inventory.Host)) {
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Go(func() { fn(i, h) })
+	}
+	wg.Wait()
 }
 
 func (c *Cluster) checkControllers(ctx context.Context) []verify.Result {
 	var out []verify.Result
 	for _, comp := range []string{units.ControllerManager, units.Scheduler} {
-		for _, h := range c.Inv.ControlPlane {
+		per := make([]verify.Result, len(c.Inv.ControlPlane))
+		eachHost(c.Inv.ControlPlane, func(i int, h inventory.Host) {
 			if err := c.probe(ctx, h, comp); err != nil {
-				out = append(out, verify.Result{Check: comp + "/healthz", Host: h.Name, Status: verify.Fail, Message: err.Error(), Hint: "see 'journalctl -u " + comp + "' on " + h.Name})
+				per[i] = verify.Result{Check: comp + "/healthz", Host: h.Name, Status: verify.Fail, Message: err.Error(), Hint: "see 'journalctl -u " + comp + "' on " + h.Name}
 			} else {
-				out = append(out, verify.Result{Check: comp + "/healthz", Host: h.Name, Status: verify.Pass, Message: "ok"})
+				per[i] = verify.Result{Check: comp + "/healthz", Host: h.Name, Status: verify.Pass, Message: "ok"}
 			}
-		}
+		})
+		out = append(out, per...)
 		cs, err := c.Kube(c.Inv.ControlPlane[0])
 		if err != nil {
 			continue

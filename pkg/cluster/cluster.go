@@ -44,6 +44,9 @@ type Options struct {
 	// (RenewSteps): push then sends only their files, and counts them as
 	// changed in a dry run too, where they are not reissued yet.
 	Renew []string
+	// Rehash makes verify read every byte of every pushed file instead of
+	// trusting the hosts' stat cache for the files whose stat is unchanged.
+	Rehash bool
 	// ServiceTimeout bounds the wait for one service to become healthy.
 	ServiceTimeout time.Duration
 	// Connect opens the connection to one host; nil: SSH (remote.Dial).
@@ -73,6 +76,9 @@ type Cluster struct {
 	// maint reaches etcd's maintenance calls and the apiservers' readiness
 	// for 'hardway etcd defrag' (see maintenance.go); tests replace it.
 	maint maintHooks
+
+	kubeMu sync.Mutex // guards kubes
+	kubes  map[string]kubernetes.Interface
 }
 
 // etcdAPI is what the steps and checks ask etcd; *etcd.Client is one.
@@ -299,8 +305,28 @@ func (c *Cluster) etcdWanted() []etcd.Wanted {
 // Kube is a client of the apiserver on host h (admin credentials, through SSH).
 func (c *Cluster) Kube(h inventory.Host) (kubernetes.Interface, error) { return c.newKube(h) }
 
+// dialKube makes one client per host and admin kubeconfig: its
+// connections (through the host's SSH connection) are kept and reused by
+// every step and check, instead of a TLS handshake each. A kubeconfig
+// rewritten since (new credentials) gets a new client.
 func (c *Cluster) dialKube(h inventory.Host) (kubernetes.Interface, error) {
+	c.kubeMu.Lock()
+	defer c.kubeMu.Unlock()
+	key := h.Name
+	if fi, err := os.Stat(c.opt.State.Kubeconfig("admin")); err == nil {
+		key += " " + fi.ModTime().String() + " " + strconv.FormatInt(fi.Size(), 10)
+	}
+	if cs, ok := c.kubes[key]; ok {
+		return cs, nil
+	}
 	server := "https://" + net.JoinHostPort(h.IP(), strconv.Itoa(units.APIServerPort))
 	cs, _, err := kube.Client(c.opt.State.Kubeconfig("admin"), server, c.dialVia())
-	return cs, err
+	if err != nil {
+		return nil, err
+	}
+	if c.kubes == nil {
+		c.kubes = map[string]kubernetes.Interface{}
+	}
+	c.kubes[key] = cs
+	return cs, nil
 }
