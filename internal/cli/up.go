@@ -17,6 +17,7 @@ import (
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/plan"
 	"github.com/hardway/hardway/pkg/release"
+	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/runlog"
 	"github.com/hardway/hardway/pkg/state"
 	"github.com/hardway/hardway/pkg/usererr"
@@ -153,6 +154,7 @@ func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir,
 	})
 	defer c.Close()
 	start := time.Now()
+	sent0, recv0 := remote.Traffic()
 	r := &plan.Runner{Out: out, DryRun: o.dryRun, Only: o.only, Skip: o.skip}
 	steps := c.Steps()
 	if len(o.renew) > 0 {
@@ -198,6 +200,11 @@ func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir,
 	for _, h := range hosts {
 		fmt.Fprintf(out, "  %-14s %d change(s)\n", h, perHost[h])
 	}
+	if sent, recv := remote.Traffic(); sent+recv > sent0+recv0 {
+		sent, recv = sent-sent0, recv-recv0
+		// What crossed this machine's link to the hosts.
+		fmt.Fprintf(out, "  %-14s %s sent, %s received\n", "ssh", humanBytes(sent), humanBytes(recv))
+	}
 	switch {
 	case res.Changes() == 0:
 		fmt.Fprintf(out, "no changes (%s)\n", time.Since(start).Round(time.Millisecond))
@@ -210,4 +217,17 @@ func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir,
 		fmt.Fprintf(out, "\nnext:\n  hardway verify -i %s\n  export KUBECONFIG=%s\n  kubectl get --raw /readyz\n", usererr.Quote(a.InventoryPath), usererr.Quote(st.Kubeconfig("admin")))
 	}
 	return nil
+}
+
+// humanBytes is n in B, kB, MB or GB (powers of 1000, as links are rated).
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%d B", n)
 }

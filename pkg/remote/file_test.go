@@ -489,3 +489,16 @@ func TestPutAndInspect(t *testing.T) {
 		t.Fatalf("directory as a file: %v", err)
 	}
 }
+
+// Traffic counts what went over the connection: at least the stream sent.
+func TestTraffic(t *testing.T) {
+	h, _ := connect(t)
+	s0, r0 := remote.Traffic()
+	if _, err := h.Run(context.Background(), "cat > /dev/null", bytes.NewReader(make([]byte, 1<<20))); err != nil {
+		t.Fatal(err)
+	}
+	s1, r1 := remote.Traffic()
+	if s1-s0 < 1<<20 || s1-s0 > 2<<20 || r1 <= r0 {
+		t.Fatalf("sent %d, received %d for a 1 MiB stream", s1-s0, r1-r0)
+	}
+}

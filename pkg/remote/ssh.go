@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -205,6 +206,11 @@ func dialOnce(ctx context.Context, cfg *Config, bastion *SSHHost) (*ssh.Client, 
 	} else {
 		var d net.Dialer
 		conn, err = d.DialContext(dctx, "tcp", addr)
+		if err == nil {
+			// Only connections of this machine count: one through a
+			// bastion travels inside the bastion's, counted there.
+			conn = &countingConn{Conn: conn}
+		}
 	}
 	if err != nil {
 		return nil, fail(classifyNetErr(err), err)
@@ -460,4 +466,27 @@ func (h *SSHHost) Client() *ssh.Client { return h.client }
 // this way, so no port of it has to be open to this machine.
 func (h *SSHHost) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	return h.client.DialContext(ctx, network, addr)
+}
+
+// Bytes over this process's own SSH connections (TCP payload: SSH framing,
+// encryption and every channel), for the figures of 'hardway up' and the
+// bench: what crossed the operator's link.
+var bytesSent, bytesReceived atomic.Int64
+
+// Traffic returns the bytes sent and received over every SSH connection
+// this process opened so far.
+func Traffic() (sent, received int64) { return bytesSent.Load(), bytesReceived.Load() }
+
+type countingConn struct{ net.Conn }
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	bytesSent.Add(int64(n))
+	return n, err
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	bytesReceived.Add(int64(n))
+	return n, err
 }
