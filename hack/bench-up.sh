@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# hack/bench-up.sh: the figures of issue 7, side by side in one run, as root.
+# hack/bench-up.sh: the figures of issue 16 (speed and scale), each with its
+# goal and its ratio, measured side by side in one run, as root.
 #
-#   1. cold `hardway up` on three fresh lab hosts from a warm download cache,
-#      timed until `hardway verify` passes; hardway's peak RSS for up and verify
-#   2. a no-op `hardway up` (must say "no changes")
-#   3. the baseline: the same control plane "the tutorial's way" on three fresh
-#      lab hosts: a plain shell script (written to WORK/baseline.sh, read it)
-#      that copies every file of `hardway render`'s manifests with scp, host by
-#      host, and runs the systemctl commands, timed until `hardway verify` passes
+#   1. cold `hardway up` on three fresh lab hosts (control plane) from a warm
+#      download cache, timed until `hardway verify` passes, against
+#      a. the tutorial's way: a plain shell script (written to
+#         WORK/baseline.sh, read it) that copies every file of `hardway
+#         render`'s manifests with scp, host by host, and runs the systemctl
+#         commands, on three other fresh lab hosts, timed the same way;
+#      b. the floor: the bytes pushed to one host divided by the SSH stream
+#         throughput measured to all three at once (OpenSSH, cat > /dev/null),
+#         plus a bare apiserver's time from start to /readyz on one host;
+#   2. for each worker count in WORKERS (default "1 2 3 9"): 3 controllers and
+#      that many workers, cold up until verify passes, then the medians of
+#      three no-op ups and three verifies, the lab's memory per host,
+#      hardway's peak RSS and the bytes it sent over its own connections
+#      (against the artifact set: what crossed the operator's link).
 #
 # The baseline uses the same inventory, the same state directory (certificates,
 # kubeconfigs, encryption config) and the same cached binaries, so the two
@@ -18,12 +26,14 @@
 #
 # Uses its own lab (prefix hwb, 10.240.6.0/24 unless PREFIX/NET say otherwise)
 # and always takes it down. KEEP=1 keeps the work directory (logs, outputs).
+# WORKERS="" skips part 2; WORKERS="2" measures 3+2 only.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 HW=${HW:-$top/bin/hardway}
 PREFIX=${PREFIX:-hwb}
 NET=${NET:-10.240.6}
 VERIFY_DEADLINE=${VERIFY_DEADLINE:-900} # seconds of verify retries before giving up
+WORKERS=${WORKERS-1 2 3 9}
 
 [ "$(id -u)" = 0 ] || { echo "bench-up: needs root (lab hosts): sudo $0" >&2; exit 1; }
 [ -x "$HW" ] || { echo "bench-up: $HW not built: make build" >&2; exit 1; }
@@ -50,11 +60,18 @@ now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 log() { echo "[bench] $*" >&2; }
 rss_mib() { awk -F': ' '/Maximum resident set size/ { printf "%.0f", $2 / 1024 }' "$1"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+# up_sent FILE: the bytes up sent over SSH, from its summary line
+# "  ssh            1.23 GB sent, 4.5 MB received"
+up_sent() { awk '$1 == "ssh" && $4 == "sent," { v = $2; u = $3; m = (u == "GB") ? 1e9 : (u == "MB") ? 1e6 : (u == "kB") ? 1e3 : 1; printf "%.0f", v * m }' "$1"; }
+mb() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1e6 }'; }
 
-# lab_up DIR: three fresh hosts; the inventory is DIR/inventory.yaml
+# lab_up DIR [WORKERS]: three fresh controllers (and workers); the inventory
+# is DIR/inventory.yaml
 lab_up() {
   lab_is_ours=1
-  "$HW" lab up --dir "$1" --prefix "$PREFIX" --net "$NET" >"$1.lab-up.log" 2>&1 || { cat "$1.lab-up.log" >&2; return 1; }
+  "$HW" lab up --dir "$1" --prefix "$PREFIX" --net "$NET" --workers "${2:-0}" >"$1.lab-up.log" 2>&1 || { cat "$1.lab-up.log" >&2; return 1; }
 }
 lab_down() {
   "$HW" lab down --prefix "$PREFIX" >/dev/null 2>&1
@@ -121,6 +138,27 @@ grep -q "no changes" "$work/noop.out" || { echo "bench-up: the second up did not
 "$HW" render -i "$inv" --state "$state" --out "$work/rendered" >/dev/null 2>&1
 "$HW" fetch -i "$inv" --state "$state" --cache-dir "$cache" -o json 2>/dev/null >"$work/fetch.json"
 cp "$work/lab1/hardway.lock" "$work/hardway.lock"
+
+# --- the floor, part 1: on the same hosts ------------------------------------
+# SSH stream throughput: the largest binary to every host at once, with
+# OpenSSH; each host receives it in that time.
+cfg=$work/lab1/ssh_config
+mapfile -t cps < <("$HW" lab status --prefix "$PREFIX" -o json | jq -r '.hosts[].name')
+big=$(jq -r '[.artifacts[] | select(.install)] | max_by(.size) | .path' "$work/fetch.json")
+[[ $big == /* ]] || big=$PWD/$big
+big_size=$(stat -c %s "$big")
+log "floor: stream $(mb "$big_size") MB to ${#cps[@]} hosts at once"
+t0=$(now)
+for h in "${cps[@]}"; do ssh -F "$cfg" "$h" 'cat > /dev/null' <"$big" & done
+wait
+t1=$(now)
+stream_bps=$(awk -v n="$big_size" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }')
+# A bare apiserver: stopped, then started against the running etcd, until
+# /readyz answers ok (polled on the host).
+log "floor: kube-apiserver on ${cps[0]}: start until /readyz"
+apiserver_ms=$(ssh -F "$cfg" "${cps[0]}" 'systemctl stop kube-apiserver; t0=$(date +%s%N); systemctl start kube-apiserver
+  until kubectl --kubeconfig /var/lib/kubernetes/admin.kubeconfig get --raw /readyz >/dev/null 2>&1; do sleep 0.05; done
+  echo $(( ($(date +%s%N) - t0) / 1000000 ))')
 lab_down
 
 # --- 3. the baseline: the tutorial's way -------------------------------------
@@ -219,6 +257,20 @@ EOF
 } >"$b"
 chmod 0700 "$b"
 
+# --- the floor, part 2: bytes pushed per host (the largest host's) -----------
+push_bytes=0
+for h in "${hosts[@]}"; do
+  n=0
+  while read -r path mode owner rest; do
+    case $path in '#'* | '' | */) continue ;; esac
+    from=$(sed -n 's/.*from=\([^ ]*\).*/\1/p' <<<"$rest")
+    name=$(sed -n 's/.*from=[^ ]* *\(.*\)$/\1/p' <<<"$rest")
+    n=$((n + $(stat -L -c %s "$(source_of "$from" "$name" "$h" "$path")")))
+  done <"$work/rendered/$h.manifest"
+  [ "$n" -gt "$push_bytes" ] && push_bytes=$n
+done
+floor=$(awk -v n="$push_bytes" -v bps="$stream_bps" -v ms="$apiserver_ms" 'BEGIN { printf "%.1f", n / bps + ms / 1000 }')
+
 log "lab up again: three fresh hosts for the baseline"
 lab_up "$work/lab2"
 inv2=$work/lab2/inventory.yaml
@@ -233,18 +285,65 @@ base=$(secs "$t0" "$t1")
 base_script=$(secs "$t0" "$t_b")
 lab_down
 
+# --- 4. with workers: cold, no-op, verify, memory, bytes, peak RSS ---------
+# The artifact set (wset): every distinct artifact the hosts install, once;
+# the goal is that about this much crosses the operator's link.
+declare -A wcold wnoop wverify wmem wrss wsent wset
+for w in $WORKERS; do
+  d=$work/w$w
+  log "3 controllers + $w worker(s): lab up"
+  lab_up "$d" "$w"
+  winv=$d/inventory.yaml
+  wstate=$d/.hardway
+  "$HW" fetch -i "$winv" --cache-dir "$cache" -o json 2>/dev/null >"$d.fetch.json"
+  wset[$w]=$(jq '[.artifacts[] | select(.install or .image != null) | .size] | add' "$d.fetch.json")
+  log "3+$w: cold up (+ verify until it passes)"
+  t0=$(now)
+  /usr/bin/time -v -o "$d.up.time" "$HW" up -i "$winv" --cache-dir "$cache" >"$d.up.out" 2>&1 ||
+    { tail -30 "$d.up.out" >&2; exit 1; }
+  state=$wstate verify_until_pass "$winv" "w$w"
+  wcold[$w]=$(secs "$t0" "$(now)")
+  wrss[$w]=$(rss_mib "$d.up.time")
+  wsent[$w]=$(up_sent "$d.up.out")
+  n=() v=()
+  for i in 1 2 3; do
+    t0=$(now)
+    "$HW" up -i "$winv" --cache-dir "$cache" >"$d.noop$i.out" 2>&1
+    n+=("$(secs "$t0" "$(now)")")
+    grep -q "no changes" "$d.noop$i.out" || { echo "bench-up: 3+$w: up $i after the cold one did not say \"no changes\":" >&2; tail -20 "$d.noop$i.out" >&2; exit 1; }
+    t0=$(now)
+    "$HW" verify -i "$winv" --cache-dir "$cache" >"$d.verify$i.out" 2>&1 || { tail -20 "$d.verify$i.out" >&2; exit 1; }
+    v+=("$(secs "$t0" "$(now)")")
+  done
+  wnoop[$w]=$(median3 "${n[@]}")
+  wverify[$w]=$(median3 "${v[@]}")
+  wmem[$w]=$("$HW" lab status --prefix "$PREFIX" -o json | jq '[.hosts[].memoryBytes] | add / length / 1048576 | floor')
+  lab_down
+done
+
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
-ratio=$(awk -v a="$cold" -v b="$base" 'BEGIN { printf "%.2f", a / b }')
-noop_ratio=$(awk -v a="$noop" -v b="$base" 'BEGIN { printf "%.3f", a / b }')
+cold_base=$(ratio "$cold" "$base")
+cold_floor=$(ratio "$cold" "$floor")
 
-cat <<EOF
-
-hardway up on 3 lab hosts ($(nproc) CPUs; load average $load_start at start, $load_end at end)
-                                 hardway   tutorial's way (scp + systemctl)   ratio hardway/baseline
-cold, until verify passes (s)   $(printf '%8s' "$cold")   $(printf '%8s' "$base")                             $ratio
-  of which up / baseline.sh (s) $(printf '%8s' "$cold_up")   $(printf '%8s' "$base_script")
-no-op up (s), "no changes"      $(printf '%8s' "$noop")                                       $noop_ratio
-peak RSS (MiB)                  up $up_rss, verify $verify_rss
-cold up's steps: $steps
-(the baseline gets hardway's certificates and rendered files for free; KEEP=1 keeps the script it ran: WORK/baseline.sh)
-EOF
+row() { printf '%-46s %10s %10s %7s %s\n' "$@"; }
+echo
+echo "hardway up, issue 16's figures ($(nproc) CPUs; load average $load_start at start, $load_end at end)"
+row "figure" "hardway" "goal" "ratio" "measured against"
+row "cold up, 3 hosts, until verify passes (s)" "$cold" "≤0.5×" "$cold_base" "the tutorial's way: $base s (scp + systemctl)"
+row "" "" "≤1.3×" "$cold_floor" "the floor: $floor s = $(mb "$push_bytes") MB/host at $(mb "$stream_bps") MB/s + apiserver to /readyz $(awk -v m="$apiserver_ms" 'BEGIN { printf "%.1f", m / 1000 }') s"
+row "  of which up / baseline.sh (s)" "$cold_up" "" "" "baseline.sh $base_script s; up's steps: $steps"
+row "no-op up, 3 hosts (s)" "$noop" "" "" ""
+for w in $WORKERS; do
+  row "3+$w: cold up until verify passes (s)" "${wcold[$w]}" "" "" ""
+  row "3+$w: no-op up, median of 3 (s)" "${wnoop[$w]}" "$([ "$w" = 2 ] && echo '≤1 s')" "$([ "$w" = 2 ] && ratio "${wnoop[$w]}" 1)" ""
+  row "3+$w: verify, median of 3 (s)" "${wverify[$w]}" "$([ "$w" = 2 ] && echo '≤1 s')" "$([ "$w" = 2 ] && ratio "${wverify[$w]}" 1)" ""
+  row "3+$w: lab memory per host (MiB)" "${wmem[$w]}" "" "" ""
+  row "3+$w: bytes sent by up over SSH (MB)" "$(mb "${wsent[$w]:-0}")" "≤1.2×" "$(ratio "${wsent[$w]:-0}" "${wset[$w]}")" "the artifact set: $(mb "${wset[$w]}") MB"
+  row "3+$w: hardway up's peak RSS (MiB)" "${wrss[$w]}" "$([ "$w" = 9 ] && echo '≤100')" "$([ "$w" = 9 ] && ratio "${wrss[$w]}" 100)" ""
+done
+if [[ " $WORKERS " == *" 9 "* && " $WORKERS " == *" 1 "* ]]; then
+  row "cold up 3+9 vs 3+1" "${wcold[9]}" "≤1.5×" "$(ratio "${wcold[9]}" "${wcold[1]}")" "3+1: ${wcold[1]} s"
+  row "no-op up 3+9 (s)" "${wnoop[9]}" "≤1.5 s" "$(ratio "${wnoop[9]}" 1.5)" ""
+fi
+echo "peak RSS (MiB), 3 hosts: up $up_rss, verify $verify_rss"
+echo "(the baseline gets hardway's certificates and rendered files for free; KEEP=1 keeps the script it ran: WORK/baseline.sh)"
