@@ -321,7 +321,7 @@ func (c *Cluster) etcdHealthy(ctx context.Context, h inventory.Host) error {
 		return err
 	}
 	defer cli.Close()
-	return poll.Until(ctx, poll.Options{Attempt: 5 * time.Second}, func(ctx context.Context) error { return cli.Health(ctx, c.etcdEndpoint(h)) })
+	return poll.Until(ctx, healthPoll, func(ctx context.Context) error { return cli.Health(ctx, c.etcdEndpoint(h)) })
 }
 
 // othersHealthy is the guard before restarting etcd on h: every other

@@ -15,9 +15,14 @@ import (
 	"github.com/hardway/hardway/pkg/units"
 )
 
+// healthPoll is how health waits poll: a probe is one request through the
+// host's SSH connection, so a short first interval costs little and spares
+// each (re)start's wait most of a second; it backs off to 1s.
+var healthPoll = poll.Options{Interval: 200 * time.Millisecond, Max: time.Second, Attempt: 5 * time.Second}
+
 // componentHealthy polls a component's health endpoint through SSH.
 func (c *Cluster) componentHealthy(ctx context.Context, h inventory.Host, comp string) error {
-	return poll.Until(ctx, poll.Options{Attempt: 5 * time.Second}, func(ctx context.Context) error { return c.probe(ctx, h, comp) })
+	return poll.Until(ctx, healthPoll, func(ctx context.Context) error { return c.probe(ctx, h, comp) })
 }
 
 // probe GETs the component's health endpoint once, through the host's SSH
