@@ -29,6 +29,35 @@ func (e *env) renewScenarios(t *testing.T) {
 	st := filepath.Join(filepath.Dir(e.inv), ".hardway")
 	kc := filepath.Join(st, "kubeconfigs/admin.kubeconfig")
 
+	t.Run("hardening: no admin kubeconfig on the hosts; the kubelet client certificate is not in system:masters", func(t *testing.T) {
+		e.t = t
+		for _, h := range e.res.Hosts {
+			if out, err := e.ssh(h.Name, "ls /var/lib/kubernetes/"); err != nil || strings.Contains(out, "admin") {
+				t.Errorf("%s: %v\n%s", h.Name, err, out)
+			}
+		}
+		b, err := os.ReadFile(filepath.Join(st, "pki/apiserver-kubelet-client.crt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk, _ := pem.Decode(b)
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil || len(c.Subject.Organization) != 0 || c.Subject.CommonName != "kube-apiserver-kubelet-client" {
+			t.Errorf("apiserver-kubelet-client: %v %s", err, c.Subject)
+		}
+		// What the certificate may do as its own user, asked of the API:
+		// the kubelets' API through the binding, nothing else.
+		kubectl := filepath.Join(e.mirror, "kubernetes/release/v1.36.3/bin/linux/amd64/kubectl")
+		for verb, want := range map[string]string{"get nodes --subresource=proxy": "yes", "create nodes --subresource=proxy": "yes",
+			"get secrets -A": "no", "create clusterrolebindings": "no"} {
+			// stdout only: kubectl warns on stderr about cluster-scoped resources.
+			out, _ := exec.Command(kubectl, append([]string{"--kubeconfig", kc, "auth", "can-i", "--as", "kube-apiserver-kubelet-client"}, strings.Fields(verb)...)...).Output()
+			if strings.TrimSpace(string(out)) != want {
+				t.Errorf("can-i %s as the kubelet client: %q, want %s", verb, out, want)
+			}
+		}
+	})
+
 	t.Run("certs renew --all --dry-run plans the roll and changes nothing", func(t *testing.T) {
 		e.t = t
 		before := e.world()
