@@ -485,3 +485,35 @@ func TestRotationRefusesHostsOfAnotherCluster(t *testing.T) {
 		t.Error("a refused rotation was recorded")
 	}
 }
+
+// verify warns about a rotation left half done and fails a state directory
+// that up would refuse.
+func TestVerifyNamesARotationUnderWay(t *testing.T) {
+	fx := newRotationFixture(t, "secretbox")
+	models := map[string]*hostModel{"c1": runningHost(), "c2": runningHost(), "c3": runningHost()}
+	fc := newFakeCluster(t, fx.c.Inv, Options{State: fx.st}, models)
+	last := func() []string {
+		var out []string
+		// The first results are the probe Secret's (no apiserver here).
+		for _, r := range fc.checkEncryptionAndRotation(context.Background())[1:] {
+			out = append(out, fmt.Sprintf("%s: %s (hint: %s)", r.Status, r.Message, r.Hint))
+		}
+		return out
+	}
+	if got := last(); len(got) != 0 {
+		t.Errorf("no rotation: %v", got)
+	}
+	if _, err := fx.run(RotateOptions{}, 30); err == nil {
+		t.Fatal("not killed")
+	}
+	if got := last(); len(got) != 1 || !strings.HasPrefix(got[0], "warn: an encryption-key rotation to secretbox/key2 is under way") ||
+		!strings.Contains(got[0], "'hardway rotate encryption-key' finishes it") {
+		t.Errorf("a rotation under way: %v", got)
+	}
+	if err := os.WriteFile(fx.st.EncryptionConfig(), []byte("kind: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := last(); len(got) != 1 || !strings.HasPrefix(got[0], "fail: ") {
+		t.Errorf("a broken config: %v", got)
+	}
+}
