@@ -67,6 +67,7 @@ type Inventory struct {
 	ControlPlane      []Host     `yaml:"controlPlane"`
 	Workers           []Host     `yaml:"workers"`
 	Images            []Image    `yaml:"images"` // image tarballs imported on every worker (air-gapped, lab)
+	DNS               DNS        `yaml:"dns"`    // the CoreDNS add-on up applies when there are workers
 
 	// Filled in by Load; not part of the file.
 	Path     string           `yaml:"-"` // absolute path of the inventory file

@@ -203,6 +203,7 @@ func (l *loader) validate(inv *Inventory) {
 	l.validateWorkerReleases(inv)
 	l.validateTransport(inv)
 	l.validateHosts(inv)
+	l.validateDNS(inv)
 }
 
 func (l *loader) validateNetwork(inv *Inventory) {
