@@ -45,7 +45,7 @@ func (o Object) Ref() string {
 
 // render executes templates/<name> and splits it into objects, in order.
 func render(name string, data any) ([]byte, []Object, error) {
-	t, err := template.New(name).Funcs(template.FuncMap{"join": strings.Join}).ParseFS(templates.FS, name)
+	t, err := template.New(name).ParseFS(templates.FS, name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("template %s: %w", name, err)
 	}

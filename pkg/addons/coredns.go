@@ -45,6 +45,9 @@ type CoreDNSConfig struct {
 	Replicas  int
 }
 
+// Forward is the forward plugin's list of upstream resolvers.
+func (c CoreDNSConfig) Forward() string { return strings.Join(c.Upstream, " ") }
+
 // CoreDNSFor is the CoreDNS configuration for inv.
 func CoreDNSFor(inv *inventory.Inventory) CoreDNSConfig {
 	return CoreDNSConfig{ClusterIP: inv.ClusterDNS(), Domain: inv.Network.ClusterDomain, Image: ImageFor(inv),

@@ -61,6 +61,7 @@ func (c *Cluster) upSteps() []plan.Step {
 		{Name: StepControlPlane, Doc: "kube-apiserver, kube-controller-manager, kube-scheduler: stopped ones start on every host at once (each host apiserver first); running ones whose files changed restart host by host, waiting for /readyz or /healthz before the next", Plan: c.planControlPlane},
 		{Name: StepRBAC, Doc: "the RBAC that lets the apiserver reach kubelets (server-side apply)", Plan: c.planRBAC},
 		c.WorkersStep(),
+		c.DNSStep(),
 	}
 }
 
