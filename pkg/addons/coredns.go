@@ -28,11 +28,11 @@ const (
 
 	DNSNamespace  = "kube-system"
 	DNSDeployment = "coredns"
-	DNSService    = "kube-dns"      // the name every Kubernetes tool expects
-	DNSLabel      = "k8s-app"       // the pods' label key...
-	DNSLabelValue = "kube-dns"      // ...and value, the Service's selector
-	DNSReplicas   = 2               // one per worker where there are two
-	DNSReadyPort  = 8181            // the ready plugin
+	DNSService    = "kube-dns" // the name every Kubernetes tool expects
+	DNSLabel      = "k8s-app"  // the pods' label key...
+	DNSLabelValue = "kube-dns" // ...and value, the Service's selector
+	DNSReplicas   = 2          // one per worker where there are two
+	DNSReadyPort  = 8181       // the ready plugin
 	coreDNSTmpl   = "coredns.yaml.tmpl"
 )
 
