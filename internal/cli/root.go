@@ -107,6 +107,7 @@ Start with:
 		a.newCertsCmd(),
 		a.newUpCmd(),
 		a.newVerifyCmd(),
+		a.newSmokeCmd(),
 		a.newKubeconfigCmd(),
 		a.newFetchCmd(),
 		a.newRenderCmd(),

@@ -335,6 +335,9 @@ func renderContainerdConfig(r *renderer, h inventory.Host) ([]byte, []Setting, e
 	return body, settings, nil
 }
 
+// PauseImage is the sandbox image containerd runs on inv's workers.
+func PauseImage(inv *inventory.Inventory) string { return (&renderer{inv: inv}).pauseImage() }
+
 // pauseImage is the inventory's pause image if it lists one, else the default.
 func (r *renderer) pauseImage() string {
 	for _, name := range r.images() {
