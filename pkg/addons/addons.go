@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"text/template"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hardway/hardway/pkg/kube"
+	"github.com/hardway/hardway/pkg/poll"
 	"github.com/hardway/hardway/templates"
 )
 
@@ -190,7 +192,7 @@ func Apply(ctx context.Context, cs kubernetes.Interface, objs []Object) error {
 		case "ConfigMap":
 			_, err = cs.CoreV1().ConfigMaps(o.Namespace).Patch(ctx, o.Name, types.ApplyPatchType, o.JSON, opts)
 		case "Service":
-			_, err = cs.CoreV1().Services(o.Namespace).Patch(ctx, o.Name, types.ApplyPatchType, o.JSON, opts)
+			err = applyService(ctx, cs, o, opts)
 		case "ClusterRole":
 			_, err = cs.RbacV1().ClusterRoles().Patch(ctx, o.Name, types.ApplyPatchType, o.JSON, opts)
 		case "ClusterRoleBinding":
@@ -205,6 +207,20 @@ func Apply(ctx context.Context, cs kubernetes.Interface, objs []Object) error {
 		}
 	}
 	return nil
+}
+
+// applyService applies a Service, retrying while its address is still held
+// by a Service just deleted (the allocator frees it a moment later).
+func applyService(ctx context.Context, cs kubernetes.Interface, o Object, opts metav1.PatchOptions) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return poll.Until(ctx, poll.Options{Interval: 500 * time.Millisecond, Max: 2 * time.Second}, func(ctx context.Context) error {
+		_, err := cs.CoreV1().Services(o.Namespace).Patch(ctx, o.Name, types.ApplyPatchType, o.JSON, opts)
+		if err != nil && !strings.Contains(err.Error(), "already allocated") {
+			return poll.Stop(err)
+		}
+		return err
+	})
 }
 
 func recreateIfIPDiffers(ctx context.Context, cs kubernetes.Interface, o Object) error {

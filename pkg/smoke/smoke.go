@@ -438,7 +438,7 @@ func (r *run) dns(ctx context.Context) verify.Result {
 	var got []string
 	start := time.Now()
 	for _, n := range names {
-		wctx, cancel := context.WithTimeout(ctx, min(r.opt.Timeout, 30*time.Second))
+		wctx, cancel := context.WithTimeout(ctx, min(r.opt.Timeout, time.Minute))
 		var addrs []string
 		err := poll.Until(wctx, poll.Options{Interval: 500 * time.Millisecond, Max: 2 * time.Second, Attempt: 15 * time.Second}, func(ctx context.Context) error {
 			var err error

@@ -304,6 +304,7 @@ func TestWorkers(t *testing.T) {
 		}
 	})
 
+	e.dnsSmokeScenarios(t)
 	// Last: they change the cluster (and put it back).
 	e.diagnosisScenarios(t)
 	e.churnScenarios(t)
