@@ -2,9 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/hardway/hardway/pkg/addons"
+	"github.com/hardway/hardway/pkg/fsutil"
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/podnet"
 	"github.com/hardway/hardway/pkg/units"
@@ -34,6 +37,9 @@ there yet is shown with the subnet 'hardway up' would give it (render writes
 nothing). Settings only a container needs (failCgroupV1, containerd's
 restrict_oom_score_adj, runc's NoNewKeyring, kube-proxy's
 --conntrack-max-per-core) appear only for hosts with containerHost: true.
+
+With workers, the CoreDNS add-on 'hardway up' applies is DIR/coredns.yaml
+(from templates/coredns.yaml.tmpl).
 
 Without --out, the rendered files are printed. --explain prints every flag
 and config setting with one line of why it is there.`,
@@ -67,9 +73,20 @@ and config setting with one line of why it is there.`,
 					return err
 				}
 			}
+			var dns []byte
+			if len(inv.Workers) > 0 && host == "" {
+				if dns, _, err = addons.CoreDNS(addons.CoreDNSFor(inv)); err != nil {
+					return err
+				}
+			}
 			if out != "" {
 				if err := units.WriteTree(out, ms); err != nil {
 					return err
+				}
+				if dns != nil {
+					if err := fsutil.WriteFile(filepath.Join(out, "coredns.yaml"), dns, 0o644); err != nil {
+						return err
+					}
 				}
 				fmt.Fprintf(a.Stderr, "[render] wrote %d host(s) to %s (see %s/<host>.manifest)\n", len(ms), out, out)
 				return nil
@@ -81,6 +98,9 @@ and config setting with one line of why it is there.`,
 							fmt.Fprintf(a.Stdout, "==> %s:%s <==\n%s\n", m.Host, f.Path, f.Content)
 						}
 					}
+				}
+				if dns != nil {
+					fmt.Fprintf(a.Stdout, "==> coredns.yaml (applied by 'hardway up') <==\n%s\n", dns)
 				}
 			}
 			return nil
