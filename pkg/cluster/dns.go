@@ -117,8 +117,7 @@ func (c *Cluster) DNSChecks() []verify.Check {
 // dnsFacts is what the API says about the cluster DNS.
 type dnsFacts struct {
 	svc       *corev1.Service // nil: missing
-	svcErr    error
-	ready     []dnsEndpoint // ready CoreDNS endpoints
+	ready     []dnsEndpoint   // ready CoreDNS endpoints
 	notReady  []dnsEndpoint
 	apiIP     string // the kubernetes Service's address
 	clusterIP string // where the kubelets send pods' queries

@@ -491,10 +491,7 @@ func (r *run) resolve(ctx context.Context, name string) ([]string, string, error
 	if i := strings.Index(out, "Name:"); i >= 0 {
 		out = out[i:]
 	}
-	var addrs []string
-	for _, m := range ipv4.FindAllString(out, -1) {
-		addrs = append(addrs, m)
-	}
+	addrs := ipv4.FindAllString(out, -1)
 	if len(addrs) == 0 {
 		if err == nil {
 			err = errors.New("no address")

@@ -11,21 +11,19 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
-	streamhttp "k8s.io/streaming/pkg/httpstream"
+	"k8s.io/streaming/pkg/httpstream"
 )
 
 // Port-forward and exec as kubectl does them: WebSockets first, SPDY when
 // the apiserver refuses the upgrade.
 func fallback(err error) bool {
-	return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err) ||
-		streamhttp.IsUpgradeFailure(err) || streamhttp.IsHTTPSProxyError(err)
+	return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 }
 
 // forward opens a port-forward from 127.0.0.1 (a free port) to the pod's
@@ -36,15 +34,15 @@ func forward(ctx context.Context, cs kubernetes.Interface, cfg *rest.Config, pod
 	if err != nil {
 		return "", nil, err
 	}
-	var dialer httpstream.Dialer = spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
-	ws, err := portforward.NewSPDYOverWebsocketDialer(u, cfg)
+	sp := spdy.NewDialerForStreaming(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
+	ws, err := portforward.NewSPDYOverWebsocketDialerForStreaming(u, cfg)
 	if err != nil {
 		return "", nil, err
 	}
-	dialer = portforward.NewFallbackDialer(ws, dialer, fallback)
+	dialer := portforward.NewFallbackDialerForStreaming(ws, sp, fallback)
 	stopCh, readyCh := make(chan struct{}), make(chan struct{})
 	var errOut bytes.Buffer
-	pf, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stopCh, readyCh, io.Discard, &errOut)
+	pf, err := portforward.NewOnAddressesForStreaming(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stopCh, readyCh, io.Discard, &errOut)
 	if err != nil {
 		return "", nil, err
 	}
