@@ -101,7 +101,14 @@ func Diff(ctx context.Context, cs kubernetes.Interface, objs []Object) ([]string
 		if err := json.Unmarshal(b, &m); err != nil {
 			return nil, err
 		}
-		d := subset("", o.want, m)
+		// Typed clients drop apiVersion and kind: the kind is the client.
+		want := map[string]any{}
+		for k, v := range o.want {
+			if k != "apiVersion" && k != "kind" {
+				want[k] = v
+			}
+		}
+		d := subset("", want, m)
 		sort.Strings(d)
 		if len(d) > 3 {
 			d = append(d[:3], fmt.Sprintf("%d more", len(d)-3))

@@ -55,9 +55,14 @@ func (c *Cluster) Smoke(ctx context.Context, opt smoke.Options) (*verify.Report,
 				}
 				defer up.Close()
 				go func() { <-lctx.Done(); conn.Close(); up.Close() }()
+				// Each direction ends with a half-close and both are
+				// waited for: closing both at the first EOF would reset a
+				// connection whose last bytes (an exec's output) are still
+				// on their way.
 				done := make(chan struct{}, 2)
-				go func() { io.Copy(up, conn); done <- struct{}{} }()
-				go func() { io.Copy(conn, up); done <- struct{}{} }()
+				go func() { io.Copy(up, conn); closeWrite(up); done <- struct{}{} }()
+				go func() { io.Copy(conn, up); closeWrite(conn); done <- struct{}{} }()
+				<-done
 				<-done
 			}()
 		}
@@ -94,4 +99,10 @@ func (c *Cluster) Smoke(ctx context.Context, opt smoke.Options) (*verify.Report,
 		},
 	}
 	return smoke.Run(ctx, env, opt), nil
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
 }

@@ -440,7 +440,7 @@ func (r *run) dns(ctx context.Context) verify.Result {
 	for _, n := range names {
 		wctx, cancel := context.WithTimeout(ctx, min(r.opt.Timeout, time.Minute))
 		var addrs []string
-		err := poll.Until(wctx, poll.Options{Interval: 500 * time.Millisecond, Max: 2 * time.Second, Attempt: 15 * time.Second}, func(ctx context.Context) error {
+		err := poll.Until(wctx, poll.Options{Interval: 500 * time.Millisecond, Max: 2 * time.Second, Attempt: 25 * time.Second}, func(ctx context.Context) error {
 			var err error
 			addrs, how, err = r.resolve(ctx, n.name)
 			if err == nil && !slices.Contains(addrs, n.want) {
@@ -473,14 +473,17 @@ var ipv4 = regexp.MustCompile(`\b(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3})\b`)
 // resolve asks the pod for name's addresses.
 func (r *run) resolve(ctx context.Context, name string) ([]string, string, error) {
 	if r.fwd != "" {
-		body, code, err := httpGet(ctx, nil, "http://"+r.fwd+"/resolve?name="+url.QueryEscape(name))
+		// The pod's resolver may take its time (timeouts, the search list).
+		body, code, err := httpGetTimeout(ctx, nil, "http://"+r.fwd+"/resolve?name="+url.QueryEscape(name), 20*time.Second)
 		switch {
-		case err == nil && code == http.StatusOK:
+		case err != nil:
+			return nil, "GET /resolve", fmt.Errorf("%s: GET /resolve: %w", name, err)
+		case code == http.StatusOK:
 			return strings.Fields(body), "GET /resolve", nil
-		case err == nil && code == http.StatusBadGateway:
+		case code != http.StatusNotFound:
 			return nil, "GET /resolve", fmt.Errorf("%s: %s", name, strings.TrimSpace(body))
 		}
-		// No /resolve: the shell's way below.
+		// No /resolve in this image: the shell's way below.
 	}
 	out, err := execIn(ctx, r.env.Kube, r.env.Rest, r.pod, "app", []string{"sh", "-c", "getent hosts " + name + " || nslookup " + name})
 	if err != nil && strings.Contains(err.Error(), "executable file not found") {
@@ -503,9 +506,13 @@ func (r *run) resolve(ctx context.Context, name string) ([]string, string, error
 
 // httpGet is one GET with dial (nil: the default), without keep-alives.
 func httpGet(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), u string) (string, int, error) {
+	return httpGetTimeout(ctx, dial, u, 10*time.Second)
+}
+
+func httpGetTimeout(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), u string, timeout time.Duration) (string, int, error) {
 	tr := &http.Transport{DisableKeepAlives: true, DialContext: dial, Proxy: nil}
 	defer tr.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {

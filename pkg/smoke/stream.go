@@ -95,7 +95,8 @@ func execIn(ctx context.Context, cs kubernetes.Interface, cfg *rest.Config, pod 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	var out bytes.Buffer
-	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
-	return out.String(), err
+	// Two buffers: the streams are copied concurrently.
+	var stdout, stderr bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
+	return stdout.String() + stderr.String(), err
 }
