@@ -34,6 +34,9 @@ const StepRenew = "renew"
 func (c *Cluster) RenewSteps() []plan.Step {
 	var steps []plan.Step
 	for _, s := range c.upSteps() {
+		if s.Name == StepDNS {
+			continue // add-ons are not certificates: a renewal leaves them as they are
+		}
 		if s.Name == StepPKI {
 			s = plan.Step{Name: StepRenew,
 				Doc:  "reissue the named leaf certificates from the existing CAs; rewrite the kubeconfigs that embed them",
