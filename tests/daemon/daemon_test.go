@@ -243,7 +243,8 @@ func TestDaemonOnALabHost(t *testing.T) {
 		e.startUnit("")
 		p := e.show("ActiveState", "SubState", "StatusText", "Type", "WatchdogUSec")
 		if p["ActiveState"] != "active" || p["Type"] != "notify" || !regexp.MustCompile(`^\d+ pass, 0 warn, 0 fail in `).MatchString(p["StatusText"]) {
-			t.Fatalf("unit: %v", p)
+			j, _ := e.ssh("controller-1", "journalctl -u "+unitName+" -n 40 -o cat --no-pager")
+			t.Fatalf("unit: %v\ndaemon journal:\n%s", p, j)
 		}
 		t.Logf("STATUS=%s, WatchdogUSec=%s", p["StatusText"], p["WatchdogUSec"])
 		sec, _ := e.ssh("controller-1", "systemd-analyze security "+unitName+" | tail -1")

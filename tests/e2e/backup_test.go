@@ -105,7 +105,10 @@ func (e *env) backupScenarios(t *testing.T) {
 		}
 	})
 	if file == "" {
-		t.Fatal("no backup: the restore scenarios cannot run")
+		// The backup subtest failed (and failed the suite) or -run left it
+		// out: either way the restore scenarios have nothing to restore.
+		t.Log("no backup: the restore scenarios are not run")
+		return
 	}
 
 	// What a refused restore must leave as it was on every host.
