@@ -123,38 +123,6 @@ func (a *availability) end(t *testing.T) {
 	}
 }
 
-// withProvider sets encryption.provider in the inventory text.
-func withProvider(inv, provider string) string {
-	var out []string
-	skip := false
-	for _, l := range strings.Split(inv, "\n") {
-		if l == "encryption:" {
-			skip = true
-			continue
-		}
-		if skip && strings.HasPrefix(l, "  ") {
-			continue
-		}
-		skip = false
-		if l == "controlPlane:" {
-			out = append(out, "encryption:", "  provider: "+provider)
-		}
-		out = append(out, l)
-	}
-	return strings.Join(out, "\n")
-}
-
-func (e *env) setProvider(t *testing.T, provider string) {
-	t.Helper()
-	src, err := os.ReadFile(e.inv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(e.inv, []byte(withProvider(string(src), provider)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func (e *env) kubectl(t *testing.T, args ...string) string {
 	t.Helper()
 	kubectl := filepath.Join(e.mirror, "kubernetes/release/v1.36.3/bin/linux/amd64/kubectl")
@@ -291,51 +259,33 @@ type rotateJSON struct {
 	Complete         bool     `json:"complete"`
 }
 
+// rotateScenarios is one rotation (secretbox to a new secretbox key) that
+// is killed after its step 2 and finished by the next run: it covers every
+// acceptance item of issue 12 §3 with one rotation's waits (each up to a
+// minute), to keep the suite short. The uninterrupted path, a provider
+// change and every other kill point are unit-tested
+// (pkg/cluster/rotate_test.go). It stays on secretbox, which the backup
+// scenarios after it check in etcd.
 func (e *env) rotateScenarios(t *testing.T) {
-	t.Run("encryption-key rotation to another provider with Secrets present: an apiserver ready at every poll, etcd keeps quorum", func(t *testing.T) {
+	t.Run("encryption-key rotation killed after step 2 and finished by the next run: an apiserver ready at every poll, etcd keeps quorum, every Secret on the new key", func(t *testing.T) {
 		e.t = t
 		e.ensureSecrets(t)
-		e.setProvider(t, "aescbc")
 		before := e.retiredKeys(t)
+		progress := filepath.Join(filepath.Dir(e.inv), ".hardway/encryption-rotation.yaml")
 		code, out, errs := e.hardway("rotate", "encryption-key", "--dry-run")
-		if code != 0 || !strings.Contains(out, "would controller-2: write /var/lib/kubernetes/encryption-config.yaml (aescbc/key") {
+		if code != 0 || !strings.Contains(out, "would controller-2: write /var/lib/kubernetes/encryption-config.yaml (secretbox/key") {
 			t.Fatalf("dry run: exit %d\n%s\n%s", code, out, errs)
 		}
-		if _, err := os.Stat(filepath.Join(filepath.Dir(e.inv), ".hardway/encryption-rotation.yaml")); err == nil {
+		if _, err := os.Stat(progress); err == nil {
 			t.Fatal("the dry run recorded a rotation")
 		}
-		since := e.activeSince()
-		a := e.startAvailability(t)
-		start := time.Now()
-		code, out, errs = e.hardway("rotate", "encryption-key", "-o", "json")
-		a.end(t)
-		t.Logf("rotation took %s\n%s", time.Since(start).Round(time.Second), errs)
-		if code != 0 {
-			t.Fatalf("rotate: exit %d\n%s\n%s", code, out, errs)
-		}
-		var res rotateJSON
-		if err := json.Unmarshal([]byte(out), &res); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-		checkResult(t, res, "aescbc", before)
-		// The apiservers reloaded the file by themselves: nothing restarted.
-		if after := e.activeSince(); fmt.Sprint(after) != fmt.Sprint(since) {
-			t.Logf("units restarted during the rotation (a fallback restart?):\nbefore %v\nafter  %v", since, after)
-		}
-		e.checkRotated(t, res.Key, append(before, res.OldKeys...))
-	})
-
-	t.Run("encryption-key rotation killed after step 2 is finished by the next run", func(t *testing.T) {
-		e.t = t
-		e.ensureSecrets(t)
-		e.setProvider(t, "secretbox")
-		before := e.retiredKeys(t)
 		bin := filepath.Join(t.TempDir(), "hardway")
 		if out, err := exec.Command("go", "build", "-o", bin, "github.com/hardway/hardway/cmd/hardway").CombinedOutput(); err != nil {
 			t.Fatalf("go build: %v\n%s", err, out)
 		}
-		progress := filepath.Join(filepath.Dir(e.inv), ".hardway/encryption-rotation.yaml")
+		since := e.activeSince()
 		a := e.startAvailability(t)
+		start := time.Now()
 		cmd := exec.Command(bin, "rotate", "encryption-key", "-i", e.inv)
 		var outb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &outb, &outb
@@ -377,16 +327,16 @@ func (e *env) rotateScenarios(t *testing.T) {
 			t.Fatalf("rotate was not killed: %v", err)
 		}
 		// Mid-rotation, up's guard accepts the state directory and says so.
-		code, out, errs := e.hardway("up", "--dry-run", "--only", "identity")
-		if code != 0 || !strings.Contains(out, "rotation to secretbox/key") {
+		code, out, errs = e.hardway("up", "--dry-run", "--only", "identity")
+		if code != 0 || !strings.Contains(out, "rotation to secretbox/key") || !strings.Contains(out, "is under way") {
 			t.Errorf("up mid-rotation: exit %d\n%s\n%s", code, out, errs)
 		}
 		code, out, errs = e.hardway("rotate", "encryption-key", "-o", "json")
 		a.end(t)
+		t.Logf("the rotation took %s in all; the second run:\n%s", time.Since(start).Round(time.Second), errs)
 		if code != 0 {
 			t.Fatalf("rotate after the kill: exit %d\n%s\n%s", code, out, errs)
 		}
-		t.Logf("second run:\n%s", errs)
 		var res rotateJSON
 		if err := json.Unmarshal([]byte(out), &res); err != nil {
 			t.Fatalf("%v\n%s", err, out)
@@ -394,6 +344,10 @@ func (e *env) rotateScenarios(t *testing.T) {
 		checkResult(t, res, "secretbox", before)
 		if res.ResumedAfter < 2 {
 			t.Errorf("the second run did not resume: %+v", res)
+		}
+		// The apiservers reloaded the file by themselves: nothing restarted.
+		if after := e.activeSince(); fmt.Sprint(after) != fmt.Sprint(since) {
+			t.Logf("units restarted during the rotation (a fallback restart?):\nbefore %v\nafter  %v", since, after)
 		}
 		e.checkRotated(t, res.Key, append(before, res.OldKeys...))
 		if out := e.mustUp(); !strings.Contains(out, "no changes") {
