@@ -20,6 +20,7 @@ func (l *loader) validateTransport(inv *Inventory) {
 		{"releases.kubernetes", r.Kubernetes}, {"releases.etcd", r.Etcd},
 		{"releases.containerd", r.Containerd}, {"releases.runc", r.Runc},
 		{"releases.cniPlugins", r.CNIPlugins}, {"releases.crictl", r.Crictl},
+		{"releases.traefik", r.Traefik},
 	}
 	for i, im := range inv.Images {
 		fields = append(fields, field{fmt.Sprintf("images[%d].url", i), im.URL})

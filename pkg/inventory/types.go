@@ -34,6 +34,7 @@ const (
 	DefaultRuncMirror       = "https://github.com/opencontainers/runc/releases/download"
 	DefaultCNIPluginsMirror = "https://github.com/containernetworking/plugins/releases/download"
 	DefaultCrictlMirror     = "https://github.com/kubernetes-sigs/cri-tools/releases/download"
+	DefaultTraefikMirror    = "https://github.com/traefik/traefik/releases/download"
 
 	DefaultCAValidity   = 10 * 365 * 24 * time.Hour
 	DefaultLeafValidity = 365 * 24 * time.Hour
@@ -58,6 +59,7 @@ type Inventory struct {
 	RuncVersion       string     `yaml:"runcVersion"`       // "v1.5.3"
 	CNIPluginsVersion string     `yaml:"cniPluginsVersion"` // "v1.10.0"
 	CrictlVersion     string     `yaml:"crictlVersion"`     // "v1.37.0"
+	TraefikVersion    string     `yaml:"traefikVersion"`    // "v3.7.13": the workers' node-local apiserver load balancer
 	Arch              string     `yaml:"arch"`              // amd64 or arm64
 	Network           Network    `yaml:"network"`
 	SSH               SSH        `yaml:"ssh"`
@@ -84,6 +86,10 @@ type Network struct {
 	APIServerEndpoint string `yaml:"apiServerEndpoint"` // host[:port] of a VIP or load balancer; default the first control-plane host
 	CNI               string `yaml:"cni"`               // "bridge" (default): hardway's bridge CNI and pod routes; "none": bring your own
 	KubeProxyMode     string `yaml:"kubeProxyMode"`     // "iptables" (default) or "nftables"
+	// APIServerLoadBalancer is how workers reach the apiservers: "node-local"
+	// (a load balancer on each worker's 127.0.0.1:6443 in front of every
+	// control-plane host) or "none" (apiServerEndpoint). See apilb.go.
+	APIServerLoadBalancer string `yaml:"apiServerLoadBalancer"`
 
 	serviceNet netip.Prefix
 	podNet     netip.Prefix
@@ -125,6 +131,7 @@ type Releases struct {
 	Runc       string `yaml:"runc"`       // <base>/vX.Y.Z/runc.<arch> (+ runc.sha256sum)
 	CNIPlugins string `yaml:"cniPlugins"` // <base>/vX.Y.Z/cni-plugins-linux-<arch>-vX.Y.Z.tgz (+ .sha512)
 	Crictl     string `yaml:"crictl"`     // <base>/vX.Y.Z/crictl-vX.Y.Z-linux-<arch>.tar.gz (+ .sha256)
+	Traefik    string `yaml:"traefik"`    // <base>/vX.Y.Z/traefik_vX.Y.Z_linux_<arch>.tar.gz (+ traefik_vX.Y.Z_checksums.txt)
 	// AllowHTTP accepts plain http:// mirrors and image URLs (a warning
 	// each); without it they are refused (see validateTransport).
 	AllowHTTP bool `yaml:"allowHTTP"`

@@ -204,6 +204,7 @@ func (l *loader) validate(inv *Inventory) {
 	l.validateTransport(inv)
 	l.validateHosts(inv)
 	l.validateDNS(inv)
+	l.validateAPIServerLoadBalancer(inv)
 }
 
 func (l *loader) validateNetwork(inv *Inventory) {

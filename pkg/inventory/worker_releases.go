@@ -16,13 +16,15 @@ type WorkerVersions struct {
 	Runc       string `json:"runc"`
 	CNIPlugins string `json:"cniPlugins"`
 	Crictl     string `json:"crictl"`
+	// Traefik is the node-local apiserver load balancer (network.apiServerLoadBalancer).
+	Traefik string `json:"traefik,omitempty"`
 }
 
 // workerTable is the tested worker components per Kubernetes minor. 1.36 was
 // run end to end (pods, cross-node traffic, Services, logs, exec) with these
 // exact versions; other minors get the nearest row and a warning.
 var workerTable = map[int]WorkerVersions{
-	36: {Containerd: "v2.4.2", Runc: "v1.5.3", CNIPlugins: "v1.10.0", Crictl: "v1.37.0"},
+	36: {Containerd: "v2.4.2", Runc: "v1.5.3", CNIPlugins: "v1.10.0", Crictl: "v1.37.0", Traefik: "v3.7.13"},
 }
 
 // DefaultWorkerVersions returns the tested worker versions for a Kubernetes
@@ -53,7 +55,7 @@ func DefaultWorkerVersions(k8s *version.Version) (WorkerVersions, bool) {
 // WorkerVersions are the inventory's worker component versions (defaults
 // filled in by Load).
 func (inv *Inventory) WorkerVersions() WorkerVersions {
-	return WorkerVersions{Containerd: inv.ContainerdVersion, Runc: inv.RuncVersion, CNIPlugins: inv.CNIPluginsVersion, Crictl: inv.CrictlVersion}
+	return WorkerVersions{Containerd: inv.ContainerdVersion, Runc: inv.RuncVersion, CNIPlugins: inv.CNIPluginsVersion, Crictl: inv.CrictlVersion, Traefik: inv.TraefikVersion}
 }
 
 // validateWorkerReleases fills in and checks the worker component versions,
@@ -69,6 +71,7 @@ func (l *loader) validateWorkerReleases(inv *Inventory) {
 		{&r.Runc, DefaultRuncMirror, "releases.runc"},
 		{&r.CNIPlugins, DefaultCNIPluginsMirror, "releases.cniPlugins"},
 		{&r.Crictl, DefaultCrictlMirror, "releases.crictl"},
+		{&r.Traefik, DefaultTraefikMirror, "releases.traefik"},
 	} {
 		if *m.field == "" {
 			*m.field = m.def
@@ -96,6 +99,7 @@ func (l *loader) validateWorkerReleases(inv *Inventory) {
 		{&inv.RuncVersion, def.Runc, "runcVersion", "runc"},
 		{&inv.CNIPluginsVersion, def.CNIPlugins, "cniPluginsVersion", "CNI plugins"},
 		{&inv.CrictlVersion, def.Crictl, "crictlVersion", "crictl"},
+		{&inv.TraefikVersion, def.Traefik, "traefikVersion", "Traefik"},
 	} {
 		if *v.field == "" {
 			*v.field = v.def

@@ -15,12 +15,12 @@ func TestWorkerReleaseDefaults(t *testing.T) {
 	if probs != nil {
 		t.Fatal(probs)
 	}
-	want := WorkerVersions{Containerd: "v2.4.2", Runc: "v1.5.3", CNIPlugins: "v1.10.0", Crictl: "v1.37.0"}
+	want := WorkerVersions{Containerd: "v2.4.2", Runc: "v1.5.3", CNIPlugins: "v1.10.0", Crictl: "v1.37.0", Traefik: "v3.7.13"}
 	if got := inv.WorkerVersions(); got != want {
 		t.Errorf("worker versions %+v, want %+v", got, want)
 	}
 	r := inv.Releases
-	for got, want := range map[string]string{r.Containerd: DefaultContainerdMirror, r.Runc: DefaultRuncMirror, r.CNIPlugins: DefaultCNIPluginsMirror, r.Crictl: DefaultCrictlMirror} {
+	for got, want := range map[string]string{r.Containerd: DefaultContainerdMirror, r.Runc: DefaultRuncMirror, r.CNIPlugins: DefaultCNIPluginsMirror, r.Crictl: DefaultCrictlMirror, r.Traefik: DefaultTraefikMirror} {
 		if got != want {
 			t.Errorf("mirror %q, want %q", got, want)
 		}

@@ -188,9 +188,12 @@ func TestKubeconfigs(t *testing.T) {
 		{"admin", "admin", "admin", "https://api.example.test:443"},
 		{"kube-controller-manager", "kube-controller-manager", "system:kube-controller-manager", "https://127.0.0.1:6443"},
 		{"kube-scheduler", "kube-scheduler", "system:kube-scheduler", "https://127.0.0.1:6443"},
-		{"kube-proxy", "kube-proxy", "system:kube-proxy", "https://api.example.test:443"},
-		{"w-0", "kubelet-w-0", "system:node:w-0", "https://api.example.test:443"},
-		{"w-1", "kubelet-w-1", "system:node:w-1", "https://api.example.test:443"},
+		// The workers' components go through the node-local load balancer
+		// (the default with workers and three control-plane hosts); the
+		// admin keeps apiServerEndpoint.
+		{"kube-proxy", "kube-proxy", "system:kube-proxy", "https://127.0.0.1:6443"},
+		{"w-0", "kubelet-w-0", "system:node:w-0", "https://127.0.0.1:6443"},
+		{"w-1", "kubelet-w-1", "system:node:w-1", "https://127.0.0.1:6443"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := dir.Kubeconfig(tc.name)
@@ -254,5 +257,22 @@ func TestServiceAccount(t *testing.T) {
 	}
 	if _, err := os.Stat(dir.Key(ServiceAccount)); err == nil {
 		t.Error("a new key was made")
+	}
+}
+
+// With network.apiServerLoadBalancer none the workers use apiServerEndpoint,
+// as before there was a load balancer.
+func TestKubeconfigsWithoutNodeLocalLB(t *testing.T) {
+	text := strings.Replace(baseInventory, "  apiServerEndpoint: api.example.test:443\n",
+		"  apiServerEndpoint: api.example.test:443\n  apiServerLoadBalancer: none\n", 1)
+	inv, _ := loadInventory(t, text, "ecdsa-p256")
+	for _, k := range Kubeconfigs(inv) {
+		want := "https://api.example.test:443"
+		if k.Name == "kube-controller-manager" || k.Name == "kube-scheduler" {
+			want = LocalAPIServerURL
+		}
+		if k.Server != want {
+			t.Errorf("%s: server %s, want %s", k.Name, k.Server, want)
+		}
 	}
 }

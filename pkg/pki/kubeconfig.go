@@ -31,10 +31,12 @@ func Kubeconfigs(inv *inventory.Inventory) []Kubeconfig {
 		{Name: "admin", Cert: "admin", User: "admin", Server: inv.APIServerURL()},
 		{Name: "kube-controller-manager", Cert: "kube-controller-manager", User: "system:kube-controller-manager", Server: LocalAPIServerURL},
 		{Name: "kube-scheduler", Cert: "kube-scheduler", User: "system:kube-scheduler", Server: LocalAPIServerURL},
-		{Name: "kube-proxy", Cert: "kube-proxy", User: "system:kube-proxy", Server: inv.APIServerURL()},
+		// Workers' components: through the node-local load balancer when
+		// the inventory has one (network.apiServerLoadBalancer).
+		{Name: "kube-proxy", Cert: "kube-proxy", User: "system:kube-proxy", Server: inv.WorkerAPIServerURL()},
 	}
 	for _, w := range inv.Workers {
-		ks = append(ks, Kubeconfig{Name: w.Name, Cert: "kubelet-" + w.Name, User: "system:node:" + w.Name, Server: inv.APIServerURL()})
+		ks = append(ks, Kubeconfig{Name: w.Name, Cert: "kubelet-" + w.Name, User: "system:node:" + w.Name, Server: inv.WorkerAPIServerURL()})
 	}
 	return ks
 }
