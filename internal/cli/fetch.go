@@ -35,7 +35,9 @@ With workers: it also fetches kubelet, kube-proxy, containerd, runc, the CNI
 plugins and crictl from their official GitHub release layouts (containerd's
 .sha256sum, runc.sha256sum, the CNI tarball's .sha512, crictl's .sha256),
 at the versions tested with the Kubernetes minor unless containerdVersion,
-runcVersion, cniPluginsVersion or crictlVersion say otherwise, and every
+runcVersion, cniPluginsVersion or crictlVersion say otherwise, Traefik
+(traefikVersion; the checksums file of its release) when the workers run the
+node-local apiserver load balancer (network.apiServerLoadBalancer), and every
 image tarball in images: (verified against its sha256 there or the
 SHA256SUMS beside its URL, and checked to be a docker-archive holding that
 image). A missing checksum is an error.
@@ -108,8 +110,12 @@ func (a *App) runFetch(cmd *cobra.Command, fl fetchFlags) error {
 	}
 	fmt.Fprintf(a.Stdout, "Kubernetes %s, etcd %s, linux/%s: %d artifacts verified\n", set.Kubernetes, set.Etcd, set.Arch, len(set.Artifacts))
 	if w := set.Workers; w != nil {
-		fmt.Fprintf(a.Stdout, "workers: containerd %s, runc %s, CNI plugins %s, crictl %s, %d image(s)\n",
-			w.Containerd, w.Runc, w.CNIPlugins, w.Crictl, len(set.Images()))
+		lb := ""
+		if w.Traefik != "" {
+			lb = ", traefik " + w.Traefik
+		}
+		fmt.Fprintf(a.Stdout, "workers: containerd %s, runc %s, CNI plugins %s, crictl %s%s, %d image(s)\n",
+			w.Containerd, w.Runc, w.CNIPlugins, w.Crictl, lb, len(set.Images()))
 	}
 	fmt.Fprintf(a.Stdout, "lock:  %s (%s)\ncache: %s\n", set.LockPath, lockState, set.CacheDir)
 	if fl.bundle != "" {

@@ -30,6 +30,10 @@ var (
 	CNIPlugins = []string{"bridge", "host-local", "loopback", "portmap"}
 )
 
+// TraefikBinary is the set name of Traefik, the only file taken out of its
+// release tarball.
+const TraefikBinary = "traefik"
+
 // ImagePrefix starts the set name of an image: "image:registry.k8s.io/pause:3.10.2".
 const ImagePrefix = "image:"
 
@@ -89,9 +93,11 @@ func plan(o Options, k8sTag, etcdTag string) []spec {
 //	runc        <base>/v1.5.3/runc.amd64                           + runc.sha256sum
 //	CNI         <base>/v1.10.0/cni-plugins-linux-amd64-v1.10.0.tgz + .sha512     (./bridge, ...)
 //	crictl      <base>/v1.37.0/crictl-v1.37.0-linux-amd64.tar.gz   + .sha256     (crictl)
+//	Traefik     <base>/v3.7.13/traefik_v3.7.13_linux_amd64.tar.gz  + traefik_v3.7.13_checksums.txt (traefik)
 //
-// and the inventory's images, verified against their sha256 or the
-// SHA256SUMS beside them.
+// (Traefik only with the node-local apiserver load balancer) and the
+// inventory's images, verified against their sha256 or the SHA256SUMS
+// beside them.
 func workerPlan(o Options) []spec {
 	arch, w := o.Arch, o.WorkerVersions
 	var out []spec
@@ -128,6 +134,18 @@ func workerPlan(o Options) []spec {
 
 	archive("releases.crictl", fmt.Sprintf("crictl-%s-linux-%s.tar.gz", w.Crictl, arch),
 		w.Crictl, o.CrictlMirror, ".sha256", sumSidecarSHA256, map[string]string{"crictl": "crictl"}, true)
+
+	if o.APIServerLB {
+		// Traefik publishes one checksums file per release (goreleaser's
+		// "<hex>  <file>" lines), not a sidecar per file.
+		name := fmt.Sprintf("traefik_%s_linux_%s.tar.gz", w.Traefik, arch)
+		u := fmt.Sprintf("%s/%s/%s", o.TraefikMirror, w.Traefik, name)
+		out = append(out,
+			spec{Name: name, Version: w.Traefik, Arch: arch, URL: u,
+				SumURL: fmt.Sprintf("%s/%s/traefik_%s_checksums.txt", o.TraefikMirror, w.Traefik, w.Traefik), SumKind: sumSHA256SUMS, Field: "releases.traefik"},
+			spec{Name: TraefikBinary, Version: w.Traefik, Arch: arch, URL: u, SumKind: sumMember,
+				Archive: name, Member: TraefikBinary, Install: true, Field: "releases.traefik"})
+	}
 
 	for _, im := range o.Images {
 		s := spec{Name: ImagePrefix + im.Name, Version: imageTag(im.Name), Arch: arch, URL: im.URL, Image: im.Name, Field: "images"}

@@ -193,6 +193,7 @@ func (m *mirror) opts(t testing.TB, k8s, k8sURL, etcdURL string) Options {
 		WorkerVersions:   testWorkers,
 		ContainerdMirror: base + "/containerd", RuncMirror: base + "/runc",
 		CNIPluginsMirror: base + "/cni-plugins", CrictlMirror: base + "/crictl",
+		TraefikMirror: base + "/traefik",
 		Images: []inventory.Image{
 			{Name: "registry.k8s.io/pause:3.10.2", URL: base + "/images/pause.tar"},
 			{Name: "hardway.local/hello:v1", URL: base + "/images/hello.tar", SHA256: m.imageSHA256(t, "hello.tar")},
@@ -203,7 +204,7 @@ func (m *mirror) opts(t testing.TB, k8s, k8sURL, etcdURL string) Options {
 	}
 }
 
-var testWorkers = inventory.WorkerVersions{Containerd: "v2.4.2", Runc: "v1.5.3", CNIPlugins: "v1.10.0", Crictl: "v1.37.0"}
+var testWorkers = inventory.WorkerVersions{Containerd: "v2.4.2", Runc: "v1.5.3", CNIPlugins: "v1.10.0", Crictl: "v1.37.0", Traefik: "v3.7.13"}
 
 // workerPaths are the mirror paths of the worker components, relative to
 // the mirror's root, laid out like their GitHub release downloads.
@@ -243,6 +244,24 @@ func (m *mirror) addWorkerComponents(t testing.TB, w inventory.WorkerVersions, a
 	writeFile(t, filepath.Join(m.root, cni+".sha256"), []byte(hexSHA256(tgz)+"  "+filepath.Base(cni)+"\n"))
 
 	m.setSidecar(t, crictl, makeTarGz(t, []tarEntry{reg("crictl", fakeBinary("crictl", w.Crictl, arch, 1600))}), ".sha256", hexSHA256, false)
+
+	// Traefik: LICENSE.md and CHANGELOG.md beside the binary, one checksums
+	// file for the whole release (goreleaser's).
+	trTar, trSums := traefikPaths(w, arch)
+	tr := makeTarGz(t, []tarEntry{
+		{hdr: tar.Header{Name: "CHANGELOG.md", Typeflag: tar.TypeReg, Mode: 0o644}, body: []byte("changes\n")},
+		{hdr: tar.Header{Name: "LICENSE.md", Typeflag: tar.TypeReg, Mode: 0o644}, body: []byte("license\n")},
+		reg("traefik", fakeBinary("traefik", w.Traefik, arch, 1700))})
+	writeFile(t, filepath.Join(m.root, trTar), tr)
+	writeFile(t, filepath.Join(m.root, trSums), []byte(fmt.Sprintf("%s  traefik_%s_linux_arm64.tar.gz\n%s  %s\n%s  traefik_%s_windows_amd64.zip\n",
+		strings.Repeat("3", 64), w.Traefik, hexSHA256(tr), filepath.Base(trTar), strings.Repeat("4", 64), w.Traefik)))
+}
+
+// traefikPaths are Traefik's release tarball and checksums file, relative to
+// the mirror's root.
+func traefikPaths(w inventory.WorkerVersions, arch string) (tarball, sums string) {
+	return fmt.Sprintf("traefik/%s/traefik_%s_linux_%s.tar.gz", w.Traefik, w.Traefik, arch),
+		fmt.Sprintf("traefik/%s/traefik_%s_checksums.txt", w.Traefik, w.Traefik)
 }
 
 // setSidecar writes a file and its checksum file: "<hex>  <name>" when

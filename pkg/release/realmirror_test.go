@@ -40,6 +40,7 @@ func TestRealMirror(t *testing.T) {
 		"runc/" + w.Runc + "/runc.sha256sum",
 		"cni-plugins/" + w.CNIPlugins + "/cni-plugins-linux-" + arch + "-" + w.CNIPlugins + ".tgz.sha512",
 		"crictl/" + w.Crictl + "/crictl-" + w.Crictl + "-linux-" + arch + ".tar.gz.sha256",
+		"traefik/" + w.Traefik + "/traefik_" + w.Traefik + "_checksums.txt",
 		"images/SHA256SUMS",
 	}
 	for _, p := range need {
@@ -54,10 +55,11 @@ func TestRealMirror(t *testing.T) {
 	u := "file://" + root
 	dir := t.TempDir()
 	o := Options{
-		Kubernetes: mirrortest.Kubernetes, Etcd: mirrortest.Etcd, Arch: arch, Workers: true,
+		Kubernetes: mirrortest.Kubernetes, Etcd: mirrortest.Etcd, Arch: arch, Workers: true, APIServerLB: true,
 		KubernetesMirror: u + "/kubernetes", EtcdMirror: u + "/etcd",
 		ContainerdMirror: u + "/containerd", RuncMirror: u + "/runc", CNIPluginsMirror: u + "/cni-plugins", CrictlMirror: u + "/crictl",
-		LockPath: filepath.Join(dir, LockFileName), CacheDir: filepath.Join(dir, "cache"),
+		TraefikMirror: u + "/traefik",
+		LockPath:      filepath.Join(dir, LockFileName), CacheDir: filepath.Join(dir, "cache"),
 	}
 	for n, f := range realImages {
 		o.Images = append(o.Images, inventory.Image{Name: n, URL: u + "/images/" + f})
@@ -78,6 +80,7 @@ func TestRealMirror(t *testing.T) {
 		"crictl":                  {"--version", w.Crictl},
 		"kubelet":                 {"--version", "Kubernetes " + mirrortest.Kubernetes},
 		"kube-proxy":              {"--version", "Kubernetes " + mirrortest.Kubernetes},
+		"traefik":                 {"version", "Version:", w.Traefik},
 	} {
 		a, ok := s.Get(n)
 		if !ok {

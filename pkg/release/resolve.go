@@ -39,6 +39,10 @@ type Options struct {
 	CNIPluginsMirror string
 	CrictlMirror     string
 	Images           []inventory.Image // docker-archive tarballs for the workers
+	// APIServerLB (with Workers): also Traefik, the workers' node-local
+	// apiserver load balancer, from TraefikMirror (its GitHub release layout).
+	APIServerLB   bool
+	TraefikMirror string
 
 	LockPath   string // hardway.lock
 	CacheDir   string // "": DefaultCacheDir()
@@ -70,6 +74,8 @@ func OptionsFor(inv *inventory.Inventory) Options {
 		CNIPluginsMirror: inv.Releases.CNIPlugins,
 		CrictlMirror:     inv.Releases.Crictl,
 		Images:           inv.Images,
+		APIServerLB:      inv.NodeLocalLB(),
+		TraefikMirror:    inv.Releases.Traefik,
 	}
 }
 
@@ -248,6 +254,9 @@ func (r *resolver) resolve(ctx context.Context) (*Set, error) {
 	set := &Set{Kubernetes: k8sTag, Etcd: etcdTag, Arch: o.Arch, LockPath: o.LockPath, CacheDir: o.CacheDir, Artifacts: arts}
 	if o.Workers {
 		w := o.WorkerVersions
+		if !o.APIServerLB {
+			w.Traefik = "" // not part of this set
+		}
 		set.Workers = &w
 	}
 	set.Lock = &Lock{Kubernetes: k8sTag, Etcd: etcdTag, Arch: o.Arch}
@@ -342,7 +351,8 @@ func (r *resolver) workerVersions(k8sTag string) error {
 		v        *string
 		def, fld string
 	}{{&w.Containerd, def.Containerd, "containerdVersion"}, {&w.Runc, def.Runc, "runcVersion"},
-		{&w.CNIPlugins, def.CNIPlugins, "cniPluginsVersion"}, {&w.Crictl, def.Crictl, "crictlVersion"}} {
+		{&w.CNIPlugins, def.CNIPlugins, "cniPluginsVersion"}, {&w.Crictl, def.Crictl, "crictlVersion"},
+		{&w.Traefik, def.Traefik, "traefikVersion"}} {
 		if *f.v == "" {
 			*f.v = f.def
 		}
@@ -352,8 +362,12 @@ func (r *resolver) workerVersions(k8sTag string) error {
 		}
 		*f.v = Tag(req.V)
 	}
-	for _, m := range []struct{ url, fld string }{{r.opts.ContainerdMirror, "containerd"}, {r.opts.RuncMirror, "runc"},
-		{r.opts.CNIPluginsMirror, "cniPlugins"}, {r.opts.CrictlMirror, "crictl"}} {
+	mirrors := []struct{ url, fld string }{{r.opts.ContainerdMirror, "containerd"}, {r.opts.RuncMirror, "runc"},
+		{r.opts.CNIPluginsMirror, "cniPlugins"}, {r.opts.CrictlMirror, "crictl"}}
+	if r.opts.APIServerLB {
+		mirrors = append(mirrors, struct{ url, fld string }{r.opts.TraefikMirror, "traefik"})
+	}
+	for _, m := range mirrors {
 		if m.url == "" {
 			return fmt.Errorf("release: no mirror for %s (releases.%s)", m.fld, m.fld)
 		}

@@ -13,6 +13,7 @@ import (
 func workerOpts(t *testing.T, m *mirror) Options {
 	o := m.httpOpts(t, "v1.36.3")
 	o.Workers = true
+	o.APIServerLB = true // the default with workers and three control-plane hosts
 	return o
 }
 
