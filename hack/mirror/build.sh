@@ -12,6 +12,7 @@
 #   $MIRROR/cni-plugins/vX/cni-plugins-linux-<arch>-vX.tgz{,.sha256,.sha512}
 #   $MIRROR/crictl/vX/crictl-vX-linux-<arch>.tar.gz{,.sha256}
 #   $MIRROR/coredns/vX/coredns_X_linux_<arch>.tgz{,.sha256}
+#   $MIRROR/traefik/vX/traefik_vX_linux_<arch>.tar.gz + traefik_vX_checksums.txt
 #   $MIRROR/images/<name>.tar + SHA256SUMS   (docker-archive tarballs, made with no registry)
 #
 # Point an inventory at it with releases.kubernetes: file://$MIRROR/kubernetes, releases.etcd:
@@ -23,8 +24,8 @@
 # reuses them.
 #
 # usage: build.sh [COMPONENT|GROUP ...]     (default: all)
-#   components: etcd kubernetes containerd runc cni crictl coredns images
-#   groups:     control-plane (etcd kubernetes), worker (containerd runc cni crictl),
+#   components: etcd kubernetes containerd runc cni crictl coredns traefik images
+#   groups:     control-plane (etcd kubernetes), worker (containerd runc cni crictl traefik),
 #               all (everything)
 # `build.sh worker images` builds what a worker needs without touching Kubernetes; the images
 # need only the k8s.io/kubernetes module source (for pause.c), not a Kubernetes build.
@@ -39,6 +40,7 @@ RUNC_VERSION=${RUNC_VERSION:-v1.5.3}
 CNI_VERSION=${CNI_VERSION:-v1.10.0}
 CRICTL_VERSION=${CRICTL_VERSION:-v1.37.0}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
+TRAEFIK_VERSION=${TRAEFIK_VERSION:-v3.7.13}
 PAUSE_VERSION=${PAUSE_VERSION:-3.10.2}
 HELLO_TAG=v1
 # The hello image has no upstream tag to take a time from: a fixed one keeps it reproducible.
@@ -374,6 +376,140 @@ build_coredns() {
   rm -rf "$w/out"
 }
 
+# ---------------------------------------------------------------- Traefik
+# Official: traefik_v3.7.13_linux_amd64.tar.gz (traefik, LICENSE.md, CHANGELOG.md at the top) and
+# traefik_v3.7.13_checksums.txt ("<hex>  <file>" for every file of the release). Workers run it as
+# the node-local apiserver load balancer.
+traefik_dir=$MIRROR/traefik/$TRAEFIK_VERSION
+traefik_tgz=traefik_${TRAEFIK_VERSION}_${GOOS}_$GOARCH.tar.gz
+traefik_sums=traefik_${TRAEFIK_VERSION}_checksums.txt
+traefik_complete() { sums_ok "$traefik_dir" "$traefik_sums"; }
+
+build_traefik() {
+  local w=$WORK/traefik-$TRAEFIK_VERSION m=github.com/traefik/traefik/v3 gomod dir tm line mod lego legodir auth
+  rm -rf "$w"; mkdir -p "$w/stubs/ext"
+  log "traefik $TRAEFIK_VERSION: reading its go.mod"
+  gomod=$(mod_json "$m@$TRAEFIK_VERSION" | json_field GoMod)
+  dir=$(mod_json "$m@$TRAEFIK_VERSION" | json_field Dir)
+  [ -s "$gomod" ] && [ -d "$dir" ] || die "could not download $m@$TRAEFIK_VERSION"
+  tm=$(tag_time "$m@$TRAEFIK_VERSION")
+
+  # Traefik's go.mod replaces two modules with Containous forks and excludes one broken
+  # tencentcloud version; a dependency's replace and exclude directives are ignored, so the
+  # wrapper repeats them (with the substitutions below). github.com/traefik/traefik/dynamic/ext
+  # is a nested module of the repository (./pkg/config/dynamic/ext), so it is neither in the v3
+  # zip nor on the proxy: it holds the extension points of dynamic.HTTP and dynamic.Router,
+  # empty in the open-source build, and the wrapper gives it a stub with one empty struct for
+  # each ext.<Type> the source names. The web UI needs no Node build: webui/static is in the
+  # zip (a placeholder), so the dashboard is empty but the API hardway reads
+  # (/api/tcp/services) is all there.
+  printf 'module github.com/traefik/traefik/dynamic/ext\n\ngo 1.22\n' > "$w/stubs/ext/go.mod"
+  {
+    echo "// Package ext is an empty stand-in for Traefik's nested dynamic/ext module (see build.sh)."
+    echo "package ext"
+    grep -rhoE '\bext\.[A-Z][A-Za-z0-9]*' --include='*.go' --exclude='*_test.go' "$dir/pkg" "$dir/cmd" \
+      | sort -u | sed 's/^ext\.\(.*\)/\n\/\/ \1 carries nothing in the open-source build.\ntype \1 struct{}/'
+  } > "$w/stubs/ext/ext.go"
+  grep -q '^type HTTP struct{}' "$w/stubs/ext/ext.go" || die "traefik: found no ext.HTTP in $m@$TRAEFIK_VERSION; look at its dynamic/ext module"
+
+  # Two things the module proxy does not serve, neither on the path hardway uses (a TCP
+  # router with TLS passthrough, a health-checked TCP load balancer, the read-only API):
+  # - the Containous fork of go-http-auth (the basic and digest auth middlewares): upstream
+  #   abbot/go-http-auth v0.4.0 instead, plus the one function the fork adds, CheckSecret,
+  #   written from v0.4.0's own hash comparison;
+  # - SDKs of some of lego's DNS-01 providers (ACME certificates through a DNS API): lego's
+  #   provider registry is swapped for one that knows no provider, so none of those SDKs is
+  #   linked. ACME over HTTP-01 and TLS-ALPN-01 and everything else are unchanged.
+  # Real hosts download the official release binary; this only feeds the lab and the tests.
+  lego=$(sed -n 's#^[[:space:]]*github.com/go-acme/lego/v5 \(v[^[:space:]]*\).*#\1#p' "$gomod" | head -1)
+  [ -n "$lego" ] || die "traefik: its go.mod requires no github.com/go-acme/lego/v5"
+  legodir=$(mod_json "github.com/go-acme/lego/v5@$lego" | json_field Dir)
+  [ -s "$legodir/providers/dns/zz_gen_dns_providers.go" ] || die "traefik: lego $lego has no providers/dns/zz_gen_dns_providers.go to swap"
+  cp -r "$legodir" "$w/lego"; chmod -R u+w "$w/lego"
+  rm -f "$w/lego/providers/dns/"*.go
+  cat > "$w/lego/providers/dns/dns.go" <<'GO'
+// Package dns is lego's DNS-01 provider registry, empty in hardway's mirror build of Traefik
+// (hack/mirror/build.sh says why).
+package dns
+
+import (
+	"fmt"
+
+	"github.com/go-acme/lego/v5/challenge"
+)
+
+// NewDNSChallengeProviderByName knows no provider in this build.
+func NewDNSChallengeProviderByName(name string) (challenge.Provider, error) {
+	return nil, fmt.Errorf("unrecognized DNS provider: %s (this Traefik was built without DNS-01 providers)", name)
+}
+GO
+  auth=$(mod_json "github.com/abbot/go-http-auth@v0.4.0" | json_field Dir)
+  [ -s "$auth/basic.go" ] || die "traefik: could not download github.com/abbot/go-http-auth@v0.4.0"
+  cp -r "$auth" "$w/go-http-auth"; chmod -R u+w "$w/go-http-auth"
+  grep -q 'compareFuncs' "$w/go-http-auth/basic.go" || die "traefik: go-http-auth v0.4.0 has no compareFuncs to build CheckSecret on"
+  # v0.4.0 predates modules: its go.mod requires what it imports at the versions Traefik uses
+  rm -rf "$w/go-http-auth/examples"
+  {
+    printf 'module github.com/abbot/go-http-auth\n\ngo 1.22\n\nrequire (\n'
+    grep -E '^[[:space:]]*golang.org/x/(crypto|net) v' "$gomod" | sed 's#//.*##'
+    printf ')\n'
+  } > "$w/go-http-auth/go.mod"
+  [ "$(grep -c 'golang.org/x/' "$w/go-http-auth/go.mod")" = 2 ] || die "traefik: its go.mod does not name golang.org/x/crypto and golang.org/x/net"
+  cat > "$w/go-http-auth/checksecret.go" <<'GO'
+package auth
+
+import "strings"
+
+// CheckSecret reports whether password matches secret, an htpasswd entry (MD5, {SHA} or
+// bcrypt), with the same comparison CheckAuth uses.
+func CheckSecret(password, secret string) bool {
+	compare := compareFuncs[0].compare
+	for _, cmp := range compareFuncs[1:] {
+		if strings.HasPrefix(secret, cmp.prefix) {
+			compare = cmp.compare
+			break
+		}
+	}
+	return compare([]byte(secret), []byte(password)) == nil
+}
+GO
+
+  {
+    echo "module hardway.invalid/mirror/traefik"
+    echo
+    sed -n 's/^go \(.*\)/go \1/p' "$gomod"
+    echo
+    echo "require $m $TRAEFIK_VERSION"
+    echo
+    echo "replace github.com/traefik/traefik/dynamic/ext => ./stubs/ext"
+    echo "replace github.com/go-acme/lego/v5 => ./lego"
+    echo "replace github.com/abbot/go-http-auth => ./go-http-auth"
+    # "A => B vX" lines, alone or in a replace block; local paths (./...) are handled above
+    sed -n 's#^\(replace\)\{0,1\}[[:space:]]*\([^[:space:]]*\) => \([^.[:space:]][^[:space:]]*\) \(v[^[:space:]]*\)[[:space:]]*$#replace \2 => \3 \4#p' "$gomod" \
+      | grep -v '^replace github.com/abbot/go-http-auth '
+    sed -n 's#^exclude \([^(].*\)#exclude \1#p' "$gomod"
+  } > "$w/go.mod.new"
+  while read -r line; do
+    mod=${line#replace }; mod=${mod%% *}
+    grep -q "^replace $mod => " "$w/go.mod.new" || die "traefik: go.mod replaces $mod in a way build.sh does not copy: $line"
+  done < <(sed -n 's#^\(replace\)\{0,1\}[[:space:]]*\([^[:space:]]*\) => .*#replace \2#p' "$gomod")
+  install_gomod "$w" < "$w/go.mod.new"; rm -f "$w/go.mod.new"
+
+  log "traefik $TRAEFIK_VERSION: resolving modules"
+  (cd "$w" && go get "$m/cmd/traefik@$TRAEFIK_VERSION") >&2
+  log "traefik $TRAEFIK_VERSION: building (cold: ~15 min on 2 cores)"
+  rm -rf "$w/out"; mkdir -p "$w/out"
+  local ld="-s -w -X $m/pkg/version.Version=$TRAEFIK_VERSION -X $m/pkg/version.BuildDate=$tm"
+  (cd "$w" && go build -trimpath -ldflags "$ld" -o "$w/out/traefik" "$m/cmd/traefik") >&2
+  says "^Version:[[:space:]]*$TRAEFIK_VERSION\$" "$w/out/traefik" version || die "traefik version does not say $TRAEFIK_VERSION"
+  cp "$dir/LICENSE.md" "$dir/CHANGELOG.md" "$w/out/"
+  chmod 0644 "$w/out/LICENSE.md" "$w/out/CHANGELOG.md"
+  mkdir -p "$traefik_dir"
+  tgz "$w/out" "$traefik_dir/$traefik_tgz" "$tm" CHANGELOG.md LICENSE.md traefik
+  sumline "$traefik_dir/$traefik_tgz" sha256 | write_atomic "$traefik_dir/$traefik_sums"
+  rm -rf "$w/out"
+}
+
 # ---------------------------------------------------------------- images
 # docker-archive tarballs (what `ctr images import` and hardway's image check read), written by
 # hack/mirror/mkimage with no registry and no daemon: one layer, linux/<arch>, an entrypoint.
@@ -426,15 +562,15 @@ build_images() {
 }
 
 # ---------------------------------------------------------------- main
-ALL=(etcd kubernetes containerd runc cni crictl coredns images)
+ALL=(etcd kubernetes containerd runc cni crictl coredns traefik images)
 want=()
 [ $# -gt 0 ] || set -- all
 for a in "$@"; do
   case "$a" in
     all) want+=("${ALL[@]}") ;;
     control-plane) want+=(etcd kubernetes) ;;
-    worker|workers) want+=(containerd runc cni crictl) ;;
-    etcd|kubernetes|containerd|runc|cni|crictl|coredns) want+=("$a") ;;
+    worker|workers) want+=(containerd runc cni crictl traefik) ;;
+    etcd|kubernetes|containerd|runc|cni|crictl|coredns|traefik) want+=("$a") ;;
     images) want+=(coredns images) ;;  # the CoreDNS image is made from the coredns binary
     -h|--help) sed -n '2,/^# This is a development tool/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown component $a (components: ${ALL[*]}; groups: control-plane worker all)" ;;
@@ -468,4 +604,5 @@ echo "containerd file://$MIRROR/containerd"
 echo "runc file://$MIRROR/runc"
 echo "cniPlugins file://$MIRROR/cni-plugins"
 echo "crictl file://$MIRROR/crictl"
+echo "traefik file://$MIRROR/traefik"
 echo "images file://$MIRROR/images"

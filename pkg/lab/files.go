@@ -83,6 +83,7 @@ var mirrorReleases = []struct{ key, dir string }{
 	{"runc", "runc"},
 	{"cniPlugins", "cni-plugins"},
 	{"crictl", "crictl"},
+	{"traefik", "traefik"}, // the workers' node-local apiserver load balancer
 }
 
 // mirrorImages are the images the mirror builds (hack/mirror/build.sh, with

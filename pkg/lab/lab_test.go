@@ -200,6 +200,7 @@ func TestRenderInventory(t *testing.T) {
 			Runc       string `yaml:"runc"`
 			CNIPlugins string `yaml:"cniPlugins"`
 			Crictl     string `yaml:"crictl"`
+			Traefik    string `yaml:"traefik"`
 		} `yaml:"releases"`
 		Network struct {
 			ServiceCIDR string `yaml:"serviceCIDR"`
@@ -240,6 +241,7 @@ func TestRenderInventory(t *testing.T) {
 		{"releases.runc", got.Releases.Runc, "file:///srv/mirror/runc"},
 		{"releases.cniPlugins", got.Releases.CNIPlugins, "file:///srv/mirror/cni-plugins"},
 		{"releases.crictl", got.Releases.Crictl, "file:///srv/mirror/crictl"},
+		{"releases.traefik", got.Releases.Traefik, "file:///srv/mirror/traefik"},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
