@@ -29,6 +29,7 @@ const (
 	Etcd       = "v3.6.16"
 	Containerd = "v2.4.2"
 	Runc       = "v1.5.3"
+	Traefik    = "v3.7.13"
 	PauseImage = "registry.k8s.io/pause:3.10.2" // images/pause-3.10.2.tar
 )
 
@@ -106,6 +107,17 @@ func ContainerdBinaries(t testing.TB, names ...string) string {
 func RuncBinary(t testing.TB) string {
 	t.Helper()
 	return verified(t, filepath.Join(Dir(), "runc", Runc, "runc."+runtime.GOARCH), "runc.sha256sum")
+}
+
+// TraefikBinary verifies Traefik's release tarball against its checksums
+// file, extracts traefik into a temporary directory and returns its path.
+func TraefikBinary(t testing.TB) string {
+	t.Helper()
+	file := fmt.Sprintf("traefik_%s_linux_%s.tar.gz", Traefik, runtime.GOARCH)
+	tgz := verified(t, filepath.Join(Dir(), "traefik", Traefik, file), "traefik_"+Traefik+"_checksums.txt")
+	dst := t.TempDir()
+	extract(t, tgz, "", dst, "traefik")
+	return filepath.Join(dst, "traefik")
 }
 
 // ImageTarball is the path of a docker-archive in the mirror's images/,

@@ -23,8 +23,11 @@ func TestComponentTable(t *testing.T) {
 		Kubelet:           {Worker, "kubelet", "http://127.0.0.1:10248/healthz", []int{10250, 10248}},
 		KubeProxy:         {Worker, "kube-proxy", "http://127.0.0.1:10256/healthz", []int{10256, 10249}},
 		PodRoutes:         {EveryHost, "", "", nil},
+		APIServerLB:       {Worker, "traefik", "http://127.0.0.1:6444/ping", []int{6443, 6444}},
 	}
-	ports := map[int]string{}
+	// A port is one component's on each host: the same number may serve
+	// two roles (6443: the apiserver, and the workers' load balancer).
+	ports := map[Role]map[int]string{ControlPlane: {}, Worker: {}}
 	var names []string
 	for _, c := range Components() {
 		names = append(names, c.Name)
@@ -39,10 +42,16 @@ func TestComponentTable(t *testing.T) {
 			if c.version == nil {
 				t.Errorf("%s: no version", c.Name)
 			}
-			if len(c.Process) == 0 || len(c.Process) > 15 || !strings.HasPrefix(c.Name, c.Process) {
+			// The unit runs the binary named after the component, or for
+			// hardway's own units (hardway-...) the program they run.
+			bin := c.Name
+			if strings.HasPrefix(c.Name, "hardway-") && len(c.Binaries) > 0 {
+				bin = c.Binaries[0].Name
+			}
+			if len(c.Process) == 0 || len(c.Process) > 15 || !strings.HasPrefix(bin, c.Process) {
 				t.Errorf("%s: process name %q: comm is the binary name cut to 15 characters", c.Name, c.Process)
 			}
-			if len(c.Binaries) == 0 || c.Binaries[0].NoRestart || !strings.HasSuffix(c.Exec(), "/"+c.Name) {
+			if len(c.Binaries) == 0 || c.Binaries[0].NoRestart || !strings.HasSuffix(c.Exec(), "/"+bin) {
 				t.Errorf("%s: the unit must run its own binary first, got %+v", c.Name, c.Binaries)
 			}
 			if c.flags == nil {
@@ -55,11 +64,16 @@ func TestComponentTable(t *testing.T) {
 		if c.Health.Scheme != "" && !slices.ContainsFunc(c.Ports, func(p Port) bool { return p.Number == c.Health.Port }) {
 			t.Errorf("%s: health port %d is not one of its ports", c.Name, c.Health.Port)
 		}
-		for _, p := range c.Ports {
-			if other, ok := ports[p.Number]; ok {
-				t.Errorf("port %d: %s and %s", p.Number, other, c.Name)
+		for r, used := range ports {
+			if !c.RunsOn(r) {
+				continue
 			}
-			ports[p.Number] = c.Name
+			for _, p := range c.Ports {
+				if other, ok := used[p.Number]; ok {
+					t.Errorf("port %d: %s and %s", p.Number, other, c.Name)
+				}
+				used[p.Number] = c.Name
+			}
 		}
 		w, ok := want[c.Name]
 		if !ok {
@@ -73,10 +87,10 @@ func TestComponentTable(t *testing.T) {
 			t.Errorf("%s: role %s process %s health %s ports %v; want %+v", c.Name, c.Role, c.Process, c.Health.URL("127.0.0.1"), got, w)
 		}
 	}
-	if !slices.Equal(names, []string{Etcd, APIServer, ControllerManager, Scheduler, Containerd, Kubelet, KubeProxy, PodRoutes}) {
+	if !slices.Equal(names, []string{Etcd, APIServer, ControllerManager, Scheduler, Containerd, APIServerLB, Kubelet, KubeProxy, PodRoutes}) {
 		t.Errorf("start order %v", names)
 	}
-	if got := Names(Worker); !slices.Equal(got, names[4:7]) {
+	if got := Names(Worker); !slices.Equal(got, names[4:8]) {
 		t.Errorf("Names(Worker) = %v", got)
 	}
 	if got := Names(ControlPlane); !slices.Equal(got, names[:4]) {

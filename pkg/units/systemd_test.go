@@ -152,8 +152,9 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 			}
 			for _, m := range ms {
 				u := hostUnits(m)
-				// 4 control-plane units or 3 worker units, plus the pod routes.
-				if want := map[Role]int{ControlPlane: 5, Worker: 4}[m.Role]; len(u) != want {
+				// 4 control-plane units or 4 worker units (with the node-local
+				// load balancer), plus the pod routes.
+				if want := map[Role]int{ControlPlane: 5, Worker: 5}[m.Role]; len(u) != want {
 					t.Fatalf("%s: %d units, want %d", m.Host, len(u), want)
 				}
 				if out := verify(t, root, u); out != "" {

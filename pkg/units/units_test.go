@@ -228,9 +228,10 @@ func TestRenderedContent(t *testing.T) {
 					}
 				}
 				// Control plane: 4 units, scheduler config, audit policy, routes;
-				// workers: 3 units, containerd, modules, sysctl, crictl, kubelet,
-				// the bridge CNI config (no loopback config), routes.
-				if want := map[Role]int{ControlPlane: 7, Worker: 10}[m.Role]; rendered != want {
+				// workers: 4 units (the node-local load balancer too), containerd,
+				// modules, sysctl, crictl, kubelet, the bridge CNI config (no
+				// loopback config), the load balancer's config, routes.
+				if want := map[Role]int{ControlPlane: 7, Worker: 12}[m.Role]; rendered != want {
 					t.Errorf("%s: %d rendered files, want %d", m.Host, rendered, want)
 				}
 				if m.Role == Worker {
@@ -336,8 +337,11 @@ func flagPathsInManifest(t *testing.T, m Manifest) {
 			t.Errorf("%s: %s --%s=%s: not in the manifest", m.Host, c, f.Name, f.Value)
 		}
 	}
-	for _, c := range Names(m.Role) {
-		f, ok := m.File(BinPath(c))
+	for _, c := range m.Components {
+		if MustLookup(c).Exec() == "" {
+			continue // the pod routes run ip
+		}
+		f, ok := m.File(MustLookup(c).Exec())
 		if !ok || f.Source == nil || f.Source.Kind != SourceBinary || f.Mode != ModeExec {
 			t.Errorf("%s: binary of %s missing from the manifest: %+v", m.Host, c, f)
 		}

@@ -121,6 +121,9 @@ func workerComponents() []Component {
 				return []flagDef{{"", "config", ContainerdConfig, "the CRI, runc and CNI settings below (config version 3, containerd 2.x)"}}
 			},
 		},
+		// Before the kubelet: its kubeconfig names 127.0.0.1:6443 when the
+		// workers run the node-local load balancer.
+		apiServerLBComponent(),
 		{
 			Name: Kubelet, Unit: Kubelet + ".service", Role: Worker, Process: "kubelet",
 			Binaries: []Binary{bin(Kubelet)},
