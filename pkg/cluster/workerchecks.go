@@ -65,6 +65,10 @@ func (c *Cluster) checkWorker(ctx context.Context, w inventory.Host) []verify.Re
 		}
 	}
 
+	if c.Inv.NodeLocalLB() {
+		out = append(out, c.checkAPIServerLB(ctx, w, sn.Units[APIServerLB].Active)...)
+	}
+
 	// The runtime, asked the way the kubelet asks it.
 	if info, err := sh.Run(ctx, crictlCmd+" info", nil); err != nil {
 		out = append(out, res("worker/cri", verify.Failf(w.Name, fmt.Sprintf("see 'journalctl -u containerd' on %s", w.Name), "containerd does not answer over CRI: %v", err)))

@@ -26,9 +26,12 @@ const (
 )
 
 // workerComponents are the services of a worker, in start order: the runtime
-// first (the kubelet needs it, and images are imported into it), the pod
-// routes last.
-func workerComponents() []string { return []string{Containerd, Kubelet, KubeProxy, PodRoutes} }
+// first (the kubelet needs it, and images are imported into it), the
+// node-local apiserver load balancer before the kubelet (its kubeconfig
+// names it), the pod routes last.
+func workerComponents() []string {
+	return []string{Containerd, APIServerLB, Kubelet, KubeProxy, PodRoutes}
+}
 
 // isWorker says whether the named host is in workers:.
 func (c *Cluster) isWorker(name string) bool { return indexOf(c.Inv.Workers, name) >= 0 }
@@ -40,7 +43,11 @@ func (c *Cluster) isWorker(name string) bool { return indexOf(c.Inv.Workers, nam
 func (c *Cluster) hostComponents(name string) []string {
 	var out []string
 	if c.isWorker(name) {
-		out = []string{Containerd, Kubelet, KubeProxy}
+		out = []string{Containerd}
+		if c.Inv.NodeLocalLB() {
+			out = append(out, APIServerLB)
+		}
+		out = append(out, Kubelet, KubeProxy)
 	}
 	if c.hasRoutes(name) {
 		out = append(out, PodRoutes)

@@ -290,6 +290,15 @@ func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot
 		return nil, false, kube.PodCIDRConflict(w.Name, node.Spec.PodCIDR, subnet)
 	}
 	for _, comp := range c.hostComponents(w.Name)[1:] {
+		if comp == APIServerLB {
+			// Before the kubelet starts: the load balancer answers and has
+			// a healthy apiserver for its first connection.
+			if a := c.serviceAction(w, sh, sn, comp, serviceOpts{wait: func(ctx context.Context) error { return c.lbReady(ctx, w.Name) }}); a != nil {
+				restarted = restarted || a.Kind == plan.Restart || a.Kind == plan.Start
+				actions = append(actions, *a)
+			}
+			continue
+		}
 		if err := add(comp); err != nil {
 			return nil, false, err
 		}
