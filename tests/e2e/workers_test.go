@@ -30,6 +30,7 @@ const (
 type workersEnv struct {
 	*env
 	kubectl, kubeconfig string
+	lab                 *lab.Lab
 }
 
 func setupWorkers(t *testing.T) *workersEnv {
@@ -42,9 +43,9 @@ func setupWorkers(t *testing.T) *workersEnv {
 		}
 	}
 	dir := t.TempDir()
-	_, res := labtest.Start(t, lab.Config{Dir: dir, Prefix: "hwk", Net: "10.240.4", Workers: 2, Mirror: mirror})
+	l, res := labtest.Start(t, lab.Config{Dir: dir, Prefix: "hwk", Net: "10.240.4", Workers: 2, Mirror: mirror})
 	e := &env{t: t, inv: res.Inventory, cacheDir: filepath.Join(dir, "cache"), res: res, mirror: mirror}
-	return &workersEnv{env: e, kubectl: mirrortest.KubeBinary(t, "kubectl"),
+	return &workersEnv{env: e, kubectl: mirrortest.KubeBinary(t, "kubectl"), lab: l,
 		kubeconfig: filepath.Join(filepath.Dir(res.Inventory), ".hardway/kubeconfigs/admin.kubeconfig")}
 }
 
@@ -305,6 +306,7 @@ func TestWorkers(t *testing.T) {
 	})
 
 	e.dnsSmokeScenarios(t)
+	e.lostControllerScenarios(t)
 	// Last: they change the cluster (and put it back).
 	e.diagnosisScenarios(t)
 	e.churnScenarios(t)
