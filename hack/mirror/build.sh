@@ -446,7 +446,8 @@ GO
   auth=$(mod_json "github.com/abbot/go-http-auth@v0.4.0" | json_field Dir)
   [ -s "$auth/basic.go" ] || die "traefik: could not download github.com/abbot/go-http-auth@v0.4.0"
   cp -r "$auth" "$w/go-http-auth"; chmod -R u+w "$w/go-http-auth"
-  grep -q 'compareFuncs' "$w/go-http-auth/basic.go" || die "traefik: go-http-auth v0.4.0 has no compareFuncs to build CheckSecret on"
+  grep -q 'compareFuncs' "$w/go-http-auth/basic.go" && grep -q 'func (a \*DigestAuth) RequireAuth(' "$w/go-http-auth/digest.go" \
+    || die "traefik: go-http-auth v0.4.0 lacks what CheckSecret and RequireAuthStale are built on"
   # v0.4.0 predates modules: its go.mod requires what it imports at the versions Traefik uses
   rm -rf "$w/go-http-auth/examples"
   {
@@ -455,10 +456,15 @@ GO
     printf ')\n'
   } > "$w/go-http-auth/go.mod"
   [ "$(grep -c 'golang.org/x/' "$w/go-http-auth/go.mod")" = 2 ] || die "traefik: its go.mod does not name golang.org/x/crypto and golang.org/x/net"
-  cat > "$w/go-http-auth/checksecret.go" <<'GO'
+  cat > "$w/go-http-auth/fork.go" <<'GO'
 package auth
 
-import "strings"
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
 
 // CheckSecret reports whether password matches secret, an htpasswd entry (MD5, {SHA} or
 // bcrypt), with the same comparison CheckAuth uses.
@@ -471,6 +477,22 @@ func CheckSecret(password, secret string) bool {
 		}
 	}
 	return compare([]byte(secret), []byte(password)) == nil
+}
+
+// RequireAuthStale is RequireAuth for a request whose nonce was stale: the challenge says
+// stale=true (RFC 2617), so the client retries with the new nonce without asking its user.
+func (a *DigestAuth) RequireAuthStale(w http.ResponseWriter, r *http.Request) {
+	if len(a.clients) > a.ClientCacheSize+a.ClientCacheTolerance {
+		a.Purge(a.ClientCacheTolerance * 2)
+	}
+	nonce := RandomKey()
+	a.clients[nonce] = &digest_client{nc: 0, last_seen: time.Now().UnixNano()}
+	w.Header().Set(contentType, a.Headers.V().UnauthContentType)
+	w.Header().Set(a.Headers.V().Authenticate,
+		fmt.Sprintf(`Digest realm="%s", nonce="%s", opaque="%s", algorithm="MD5", qop="auth", stale=true`,
+			a.Realm, nonce, a.Opaque))
+	w.WriteHeader(a.Headers.V().UnauthCode)
+	w.Write([]byte(a.Headers.V().UnauthResponse))
 }
 GO
 
