@@ -116,12 +116,19 @@ func TestAPIServerLBRealTraefik(t *testing.T) {
 	// controller-2's address refuses connections.
 	live := map[string]string{}
 	var wg sync.WaitGroup
+	var listeners []net.Listener
+	t.Cleanup(func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+		wg.Wait()
+	})
 	for _, name := range []string{"controller-1", "controller-3"} {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { l.Close(); wg.Wait() })
+		listeners = append(listeners, l)
 		live[name] = l.Addr().String()
 		wg.Add(1)
 		go func() {
