@@ -37,6 +37,10 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 				t.Errorf("%s: the kubelet's and kube-proxy's kubeconfigs do not name the load balancer: %v\n%s", w, err, out)
 			}
 		}
+		inv, err := inventory.Load(e.inv)
+		if err != nil {
+			t.Fatal(err)
+		}
 		r := e.verify()
 		for _, w := range lbWorkers {
 			ep := result(r, "worker/lb-endpoint", w)
@@ -44,8 +48,8 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 			if ep.Status != verify.Pass || be.Status != verify.Pass || !strings.Contains(be.Message, "3 backends, all passing") {
 				t.Errorf("%s: lb-endpoint %s %q; lb-backends %s %q", w, ep.Status, ep.Message, be.Status, be.Message)
 			}
-			for _, cp := range []string{"controller-1 10.240.4.11:6443 UP", "controller-2 10.240.4.12:6443 UP", "controller-3 10.240.4.13:6443 UP"} {
-				if !strings.Contains(be.Message, cp) {
+			for _, h := range inv.ControlPlane {
+				if cp := h.Name + " " + net.JoinHostPort(h.IP(), "6443") + " UP"; !strings.Contains(be.Message, cp) {
 					t.Errorf("%s: lb-backends does not list %q: %s", w, cp, be.Message)
 				}
 			}
@@ -59,10 +63,10 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The worst case: the host the admin's kubeconfig names.
-		victim := ""
+		victim, victimAddr := "", ""
 		for _, h := range inv.ControlPlane {
 			if h.Address == inv.APIServerHost() {
-				victim = h.Name
+				victim, victimAddr = h.Name, net.JoinHostPort(h.IP(), "6443")
 			}
 		}
 		if victim == "" {
@@ -110,8 +114,8 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 			deadline := time.Now().Add(30 * time.Second)
 			for {
 				bs, err := e.lbBackends(w)
-				if err == nil && slices.ContainsFunc(bs, func(b apilb.Backend) bool { return b.Address == "10.240.4.11:6443" && b.Status == apilb.Down }) &&
-					!slices.ContainsFunc(bs, func(b apilb.Backend) bool { return b.Address != "10.240.4.11:6443" && b.Status != apilb.Up }) {
+				if err == nil && slices.ContainsFunc(bs, func(b apilb.Backend) bool { return b.Address == victimAddr && b.Status == apilb.Down }) &&
+					!slices.ContainsFunc(bs, func(b apilb.Backend) bool { return b.Address != victimAddr && b.Status != apilb.Up }) {
 					t.Logf("FIGURE %s: %s out of its load balancer after %s", w, victim, time.Since(start).Round(100*time.Millisecond))
 					break
 				}
@@ -172,8 +176,8 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 		r := parseReport(t, out)
 		for _, w := range lbWorkers {
 			be := result(r, "worker/lb-backends", w)
-			if be.Status != verify.Warn || !strings.Contains(be.Message, "1 of 3 backends down: controller-1 10.240.4.11:6443 DOWN") ||
-				!strings.Contains(be.Hint, "the apiserver on controller-1 does not accept connections from "+w) {
+			if be.Status != verify.Warn || !strings.Contains(be.Message, "1 of 3 backends down: "+victim+" "+victimAddr+" DOWN") ||
+				!strings.Contains(be.Hint, "the apiserver on "+victim+" does not accept connections from "+w) {
 				t.Errorf("%s: lb-backends with %s gone: %s %q (hint %q)", w, victim, be.Status, be.Message, be.Hint)
 			}
 			if ep := result(r, "worker/lb-endpoint", w); ep.Status != verify.Pass {
