@@ -141,7 +141,11 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 		for time.Since(start) < watch {
 			for _, w := range lbWorkers {
 				out, err := kt.k("get", "node", w, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-				if err != nil || strings.TrimSpace(out) != "True" {
+				if err != nil {
+					t.Logf("kubectl get node %s: %v %s (the apiservers' etcd failover; asked again)", w, err, strings.TrimSpace(out))
+					continue
+				}
+				if strings.TrimSpace(out) != "True" {
 					t.Fatalf("%s not Ready %s after %s went away: %v %s\n%s", w, time.Since(start).Round(time.Second), victim, err, out, kt.describe("node", w))
 				}
 				if out, err := kt.k("get", "lease", "-n", "kube-node-lease", w, "-o", "jsonpath={.spec.renewTime}"); err == nil {
@@ -320,11 +324,24 @@ func (kt *kubeTunnel) describe(kind, name string) string {
 	return out
 }
 
+// apply retries for a minute: right after a power cut the apiservers'
+// own etcd connections to the lost member hang until their keepalive gives
+// up (about 40 s), and a write that lands on one fails meanwhile — as a
+// user's kubectl would, then succeed on a retry.
 func (kt *kubeTunnel) apply(t *testing.T, manifest string) {
 	t.Helper()
-	cmd := exec.Command(kt.e.kubectl, "--kubeconfig", kt.e.kubeconfig, "--server", kt.server, "apply", "-f", "-")
-	cmd.Stdin = strings.NewReader(manifest)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply through %s: %v\n%s", kt.server, err, out)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		cmd := exec.Command(kt.e.kubectl, "--kubeconfig", kt.e.kubeconfig, "--server", kt.server, "apply", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kubectl apply through %s: %v\n%s", kt.server, err, out)
+		}
+		t.Logf("kubectl apply through %s: %v %s (retrying)", kt.server, err, strings.TrimSpace(string(out)))
+		time.Sleep(3 * time.Second)
 	}
 }
