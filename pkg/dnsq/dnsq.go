@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -97,9 +98,15 @@ func A(ctx context.Context, conn net.Conn, name string) ([]netip.Addr, error) {
 	return out, nil
 }
 
+// ctxErr names the context's end as the cause. The connection's deadline is
+// the context's, so a read can time out a moment before the context's own
+// timer marks it done: an i/o timeout past the deadline is that same end.
 func ctxErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w (%w)", ctx.Err(), err)
+	}
+	if d, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(d) {
+		return fmt.Errorf("%w (%w)", context.DeadlineExceeded, err)
 	}
 	return err
 }
