@@ -28,6 +28,9 @@ func (e *env) renewScenarios(t *testing.T) {
 	kubectl := filepath.Join(e.mirror, "kubernetes/release/v1.36.3/bin/linux/amd64/kubectl")
 	st := filepath.Join(filepath.Dir(e.inv), ".hardway")
 	kc := filepath.Join(st, "kubeconfigs/admin.kubeconfig")
+	// --server: an earlier subtest moved the inventory's apiServerEndpoint
+	// (and so the admin kubeconfig) to a name only the certificate knows.
+	srv := "https://" + e.res.Hosts[0].Address + ":6443"
 
 	t.Run("hardening: no admin kubeconfig on the hosts; the kubelet client certificate is not in system:masters", func(t *testing.T) {
 		e.t = t
@@ -51,7 +54,7 @@ func (e *env) renewScenarios(t *testing.T) {
 		for verb, want := range map[string]string{"get nodes --subresource=proxy": "yes", "create nodes --subresource=proxy": "yes",
 			"get secrets -A": "no", "create clusterrolebindings": "no"} {
 			// stdout only: kubectl warns on stderr about cluster-scoped resources.
-			out, _ := exec.Command(kubectl, append([]string{"--kubeconfig", kc, "auth", "can-i", "--as", "kube-apiserver-kubelet-client"}, strings.Fields(verb)...)...).Output()
+			out, _ := exec.Command(kubectl, append([]string{"--kubeconfig", kc, "--server", srv, "auth", "can-i", "--as", "kube-apiserver-kubelet-client"}, strings.Fields(verb)...)...).Output()
 			if strings.TrimSpace(string(out)) != want {
 				t.Errorf("can-i %s as the kubelet client: %q, want %s", verb, out, want)
 			}
@@ -92,7 +95,7 @@ func (e *env) renewScenarios(t *testing.T) {
 
 	t.Run("certs renew --all keeps an apiserver ready and etcd's quorum at every poll; the Secret reads back; serials changed; verify passes", func(t *testing.T) {
 		e.t = t
-		if out, err := exec.Command(kubectl, "--kubeconfig", kc, "create", "secret", "generic", "hardway-e2e-renew",
+		if out, err := exec.Command(kubectl, "--kubeconfig", kc, "--server", srv, "create", "secret", "generic", "hardway-e2e-renew",
 			"--from-literal=answer=43").CombinedOutput(); err != nil {
 			t.Fatalf("create secret: %v %s", err, out)
 		}
@@ -124,7 +127,7 @@ func (e *env) renewScenarios(t *testing.T) {
 			t.Errorf("%d polls, %d without a ready apiserver or an etcd quorum:\n  %s", polls, len(bad), strings.Join(bad, "\n  "))
 		}
 
-		got, err := exec.Command(kubectl, "--kubeconfig", kc, "get", "secret", "hardway-e2e-renew",
+		got, err := exec.Command(kubectl, "--kubeconfig", kc, "--server", srv, "get", "secret", "hardway-e2e-renew",
 			"-o", "jsonpath={.data.answer}").CombinedOutput()
 		if err != nil || string(got) != "NDM=" {
 			t.Errorf("the Secret after renew: %v %q", err, got)
@@ -145,7 +148,7 @@ func (e *env) renewScenarios(t *testing.T) {
 		if f := failures(e.verify()); len(f) > 0 {
 			t.Fatalf("verify after certs renew:\n  %s", strings.Join(f, "\n  "))
 		}
-		exec.Command(kubectl, "--kubeconfig", kc, "delete", "secret", "hardway-e2e-renew").Run()
+		exec.Command(kubectl, "--kubeconfig", kc, "--server", srv, "delete", "secret", "hardway-e2e-renew").Run()
 	})
 }
 

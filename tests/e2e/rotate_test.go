@@ -127,7 +127,10 @@ func (e *env) kubectl(t *testing.T, args ...string) string {
 	t.Helper()
 	kubectl := filepath.Join(e.mirror, "kubernetes/release/v1.36.3/bin/linux/amd64/kubectl")
 	kc := filepath.Join(filepath.Dir(e.inv), ".hardway/kubeconfigs/admin.kubeconfig")
-	out, err := exec.Command(kubectl, append([]string{"--kubeconfig", kc}, args...)...).CombinedOutput()
+	// --server: an earlier subtest moved the inventory's apiServerEndpoint
+	// (and so the admin kubeconfig) to a name only the certificate knows.
+	srv := "https://" + e.res.Hosts[0].Address + ":6443"
+	out, err := exec.Command(kubectl, append([]string{"--kubeconfig", kc, "--server", srv}, args...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl %v: %v\n%s", args, err, out)
 	}
