@@ -200,7 +200,9 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 		i := strings.LastIndex(fs[1], ":")
 		port, _ := strconv.Atoi(fs[1][i+1:])
 		want, ours := ports[port]
-		if !ours {
+		// The table is the control plane's ports: on a worker, 6443 is the
+		// node-local load balancer's (hardway-apiserver-lb), not a conflict.
+		if !ours || worker {
 			continue
 		}
 		owner := ""

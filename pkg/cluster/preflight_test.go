@@ -119,3 +119,33 @@ func TestSnapshotParsesUnitsMarkersAndData(t *testing.T) {
 		t.Fatalf("pending %v", sn.Pending)
 	}
 }
+
+// On a worker, 6443 belongs to the node-local load balancer: the control
+// plane's port table must not call it taken (a second up refused to run).
+func TestHostFactsWorkerPortIsTheLoadBalancers(t *testing.T) {
+	now := time.Now().UnixNano()
+	inv, err := inventory.Parse("inv.yaml", t.TempDir()+"/inv.yaml", []byte(`controlPlane:
+  - {name: c1, address: 10.240.0.11}
+  - {name: c2, address: 10.240.0.12}
+workers:
+  - {name: w1, address: 10.240.0.21}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"w1": false, "c1": true} {
+		f := remotetest.New(t, name)
+		f.ExpectMatch(`(?s)^date \+%s%N\nuname -s.*end \$\(date`).Returns(
+			fmt.Sprintf("%d\nLinux\nx86_64\nsystemd\n73400320\nport 127.0.0.1:6443 users:((\"traefik\",pid=7,fd=5))\nfsync skipped\nend %d\n", now, now))
+		if name == "w1" {
+			f.ExpectMatch(`(?s)^echo "cgroupfs`).Returns("cgroupfs cgroup2fs\ntool ip yes\ntool iptables yes\ntool iptables-restore yes\ntool iptables-save yes\ntool nft yes\ntool conntrack yes\n")
+		}
+		hf, err := New(inv, Options{}).hostFacts(context.Background(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(hf.Problems) > 0; got != want {
+			t.Errorf("%s: problems %q, want some: %v", name, hf.Problems, want)
+		}
+	}
+}
