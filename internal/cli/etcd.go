@@ -73,10 +73,10 @@ It exits 1 when a member does not answer or raises an alarm.`,
 					}
 					quota := "-" // etcd before 3.6 does not say
 					if m.DBSizeQuota > 0 {
-						quota = bytesIEC(m.DBSizeQuota)
+						quota = cluster.Bytes(m.DBSizeQuota)
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%v\t%d\t%d\t%s\n", m.Name, m.Endpoint, m.MemberID, m.Version,
-						bytesIEC(m.DBSize), bytesIEC(m.DBSizeInUse), quota, m.Leader, m.RaftIndex, m.RaftTerm, dash(strings.Join(m.Alarms, ",")))
+						cluster.Bytes(m.DBSize), cluster.Bytes(m.DBSizeInUse), quota, m.Leader, m.RaftIndex, m.RaftTerm, dash(strings.Join(m.Alarms, ",")))
 				}
 				tw.Flush()
 			}
@@ -98,20 +98,6 @@ It exits 1 when a member does not answer or raises an alarm.`,
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	return cmd
-}
-
-// bytesIEC renders a size as etcdctl does (kB, MB) but in binary units.
-func bytesIEC(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func firstLineOf(s string) string {
