@@ -180,20 +180,7 @@ spec: {podCIDR: 10.200.200.0/24, podCIDRs: [10.200.200.0/24]}
 `)
 		// Calico's node CRD and two objects, as calico-node writes them:
 		// worker-1 has its Node, worker-9 none.
-		e.apply(`apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: nodes.crd.projectcalico.org}
-spec:
-  group: crd.projectcalico.org
-  names: {kind: Node, listKind: NodeList, plural: nodes, singular: node}
-  scope: Cluster
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
-`)
-		e.mustK("wait", "--for=condition=established", "crd/nodes.crd.projectcalico.org", "--timeout=60s")
+		e.calicoCRD("Node", "nodes")
 		e.apply(`apiVersion: crd.projectcalico.org/v1
 kind: Node
 metadata: {name: worker-1}

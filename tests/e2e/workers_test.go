@@ -370,20 +370,7 @@ spec:
 
 	t.Run("a Calico IPPool that is not podCIDR is named", func(t *testing.T) {
 		e.t = t
-		e.apply(`apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: ippools.crd.projectcalico.org}
-spec:
-  group: crd.projectcalico.org
-  names: {kind: IPPool, listKind: IPPoolList, plural: ippools, singular: ippool}
-  scope: Cluster
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
-`)
-		e.mustK("wait", "--for=condition=established", "crd/ippools.crd.projectcalico.org", "--timeout=60s")
+		e.calicoCRD("IPPool", "ippools")
 		e.apply(`apiVersion: crd.projectcalico.org/v1
 kind: IPPool
 metadata: {name: default-ipv4-ippool}
@@ -396,4 +383,24 @@ spec: {cidr: 192.168.0.0/16, ipipMode: Always, natOutgoing: true}
 		}
 		e.mustK("delete", "crd", "ippools.crd.projectcalico.org")
 	})
+}
+
+// calicoCRD installs one of Calico's crd.projectcalico.org/v1 CRDs, as
+// Calico's manifests would, without Calico's images, and waits for it.
+func (e *workersEnv) calicoCRD(kind, plural string) {
+	e.t.Helper()
+	e.apply(fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: %[2]s.crd.projectcalico.org}
+spec:
+  group: crd.projectcalico.org
+  names: {kind: %[1]s, listKind: %[1]sList, plural: %[2]s, singular: %[3]s}
+  scope: Cluster
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+`, kind, plural, strings.ToLower(kind)))
+	e.mustK("wait", "--for=condition=established", "crd/"+plural+".crd.projectcalico.org", "--timeout=60s")
 }
