@@ -104,6 +104,11 @@ var validKeyLengths = map[string][]int{
 // holding a fresh 32-byte key from crypto/rand, and identity last so that
 // secrets written before encryption was turned on stay readable.
 func NewEncryptionConfig(provider string) (*EncryptionConfig, error) {
+	return newEncryptionConfig(provider, encryptionKeyName)
+}
+
+// newEncryptionConfig is NewEncryptionConfig with the key's name chosen.
+func newEncryptionConfig(provider, keyName string) (*EncryptionConfig, error) {
 	if _, ok := validKeyLengths[provider]; !ok {
 		return nil, fmt.Errorf("unknown encryption provider %q (use secretbox, aesgcm or aescbc)", provider)
 	}
@@ -111,7 +116,7 @@ func NewEncryptionConfig(provider string) (*EncryptionConfig, error) {
 	if _, err := rand.Read(raw); err != nil {
 		return nil, fmt.Errorf("encryption key: %w", err)
 	}
-	keys := &KeysConfig{Keys: []Key{{Name: encryptionKeyName, Secret: base64.StdEncoding.EncodeToString(raw)}}}
+	keys := &KeysConfig{Keys: []Key{{Name: keyName, Secret: base64.StdEncoding.EncodeToString(raw)}}}
 	var p ProviderConfig
 	switch provider {
 	case "secretbox":
@@ -314,7 +319,18 @@ func ensureEncryptionConfig(inv *inventory.Inventory, dir state.Dir) (Result, er
 	} else if !os.IsNotExist(err) {
 		return res, err
 	}
-	c, err := NewEncryptionConfig(inv.Encryption.Provider)
+	// A config made anew (pki --new-encryption-key, or a first up) must not
+	// reuse the name of a key a rotation retired: a Secret's prefix in etcd,
+	// or in an old backup, would then name two different keys.
+	retired, err := LoadRetiredKeys(dir)
+	if err != nil {
+		return res, err
+	}
+	name := encryptionKeyName
+	if len(retired) > 0 {
+		name = nextKeyName(&EncryptionConfig{}, retired)
+	}
+	c, err := newEncryptionConfig(inv.Encryption.Provider, name)
 	if err != nil {
 		return res, err
 	}

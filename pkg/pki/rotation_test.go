@@ -232,3 +232,28 @@ func TestCheckEncryptionState(t *testing.T) {
 		t.Errorf("a retired write key: %v", err)
 	}
 }
+
+// A config made anew after a rotation (pki --new-encryption-key) must not be
+// named like a retired key: etcd prefixes and old backups name keys by name.
+func TestNewEncryptionConfigSkipsRetiredNames(t *testing.T) {
+	inv, dir := loadInventory(t, baseInventory, "ecdsa-p256")
+	if err := os.MkdirAll(string(dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	retired := []RetiredKey{{Provider: "secretbox", Name: "key1", Secret: "c2VjcmV0MQ=="},
+		{Provider: "secretbox", Name: "key2", Secret: "c2VjcmV0Mg=="}}
+	if err := RetireKeys(dir, retired, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ensureEncryptionConfig(inv, dir); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadEncryptionConfig(dir.EncryptionConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, keys := c.Resources[0].Providers[0].name()
+	if keys == nil || len(keys.Keys) != 1 || keys.Keys[0].Name != "key3" {
+		t.Fatalf("new config's keys: %v, want one named key3", keys)
+	}
+}
