@@ -34,21 +34,42 @@ const (
 	fsyncWarn      = 10 * time.Millisecond
 )
 
-// ports the control plane listens on, and the process allowed to hold each
-// (as ss shows it: the kernel's comm, cut at 15 characters).
-// They come from the component table, the one place a port is written.
-var ports = func() map[int]struct{ comm, service string } {
-	m := map[int]struct{ comm, service string }{}
+// portOwner is the process allowed to hold a port (as ss shows it: the
+// kernel's comm, cut at 15 characters) and the component that needs it.
+type portOwner struct{ comm, service string }
+
+// ports are the ports each role's components listen on. They come from the
+// component table, the one place a port is written: on a control-plane host
+// 6443 is the apiserver's, on a worker the node-local load balancer's.
+var ports = func() map[units.Role]map[int]portOwner {
+	m := map[units.Role]map[int]portOwner{units.ControlPlane: {}, units.Worker: {}}
 	for _, c := range units.Components() {
-		if c.Role != units.ControlPlane {
+		if m[c.Role] == nil {
 			continue
 		}
 		for _, p := range c.Ports {
-			m[p.Number] = struct{ comm, service string }{c.Process, c.Name}
+			m[c.Role][p.Number] = portOwner{c.Process, c.Name}
 		}
 	}
 	return m
 }()
+
+// portsFor is the port table of a host: a worker's without the load
+// balancer's ports when the inventory has no node-local load balancer.
+func (c *Cluster) portsFor(worker bool) map[int]portOwner {
+	if !worker {
+		return ports[units.ControlPlane]
+	}
+	lb := units.MustLookup(units.APIServerLB)
+	out := map[int]portOwner{}
+	for n, o := range ports[units.Worker] {
+		if o.service == lb.Name && !c.Inv.NodeLocalLB() {
+			continue
+		}
+		out[n] = o
+	}
+	return out
+}
 
 // HostFacts is what preflight learned about a host.
 type HostFacts struct {
@@ -192,6 +213,7 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 			f.Warnings = append(f.Warnings, fmt.Sprintf("only %d MiB free on /var/lib; etcd stops writing (NOSPACE) when it is full", f.FreeKiB>>10))
 		}
 	}
+	table := c.portsFor(worker)
 	for _, l := range lines[4:] {
 		fs := strings.Fields(l)
 		if len(fs) < 2 || fs[0] != "port" {
@@ -199,10 +221,8 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 		}
 		i := strings.LastIndex(fs[1], ":")
 		port, _ := strconv.Atoi(fs[1][i+1:])
-		want, ours := ports[port]
-		// The table is the control plane's ports: on a worker, 6443 is the
-		// node-local load balancer's (hardway-apiserver-lb), not a conflict.
-		if !ours || worker {
+		want, ours := table[port]
+		if !ours {
 			continue
 		}
 		owner := ""

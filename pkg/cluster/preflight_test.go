@@ -149,3 +149,46 @@ workers:
 		}
 	}
 }
+
+// A worker's own ports are checked too: 6443 and 6444 belong to the
+// node-local load balancer and 10250 to the kubelet, so another process
+// holding one of them is a preflight problem, named with its owner. With
+// no node-local load balancer, 6443 on a worker is nobody's business.
+func TestHostFactsWorkerPortsTaken(t *testing.T) {
+	now := time.Now().UnixNano()
+	for _, tc := range []struct {
+		lb, port, owner string
+		want            string // "" for no problem
+	}{
+		{"node-local", "6443", "traefik", ""},
+		{"node-local", "6443", "nginx", "port 6443 is taken"},
+		{"node-local", "6444", "python3", "port 6444 is taken"},
+		{"node-local", "10250", "kubelet", ""},
+		{"node-local", "10250", "sshd", "port 10250 is taken"},
+		{"none", "6443", "nginx", ""},
+		{"none", "10250", "sshd", "port 10250 is taken"},
+	} {
+		inv, err := inventory.Parse("inv.yaml", t.TempDir()+"/inv.yaml", []byte(`controlPlane:
+  - {name: c1, address: 10.240.0.11}
+network:
+  apiServerLoadBalancer: `+tc.lb+`
+workers:
+  - {name: w1, address: 10.240.0.21}
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := remotetest.New(t, "w1")
+		f.ExpectMatch(`(?s)^date \+%s%N\nuname -s.*end \$\(date`).Returns(
+			fmt.Sprintf("%d\nLinux\nx86_64\nsystemd\n73400320\nport 127.0.0.1:%s users:((\"%s\",pid=7,fd=5))\nend %d\n", now, tc.port, tc.owner, now))
+		f.ExpectMatch(`(?s)^echo "cgroupfs`).Returns("cgroupfs cgroup2fs\ntool ip yes\ntool iptables yes\ntool iptables-restore yes\ntool iptables-save yes\ntool nft yes\ntool conntrack yes\n")
+		hf, err := New(inv, Options{}).hostFacts(context.Background(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Join(hf.Problems, "; ")
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("lb %s, %s on %s: problems %q, want %q", tc.lb, tc.owner, tc.port, got, tc.want)
+		}
+	}
+}
