@@ -330,7 +330,7 @@ func (c *Cluster) checkControllers(ctx context.Context) []verify.Result {
 			}
 		})
 		out = append(out, per...)
-		cs, err := c.Kube(c.Inv.ControlPlane[0])
+		cs, err := c.kubeClient()
 		if err != nil {
 			continue
 		}
@@ -350,7 +350,7 @@ func (c *Cluster) checkRBAC(ctx context.Context) []verify.Result {
 	if err != nil {
 		return []verify.Result{verify.Failf("", "run 'hardway pki'", "%v", err)}
 	}
-	cs, err := c.Kube(c.Inv.ControlPlane[0])
+	cs, err := c.kubeClient()
 	if err != nil {
 		return []verify.Result{verify.Failf("", "", "%v", err)}
 	}
@@ -365,7 +365,7 @@ func (c *Cluster) checkRBAC(ctx context.Context) []verify.Result {
 }
 
 func (c *Cluster) checkEncryption(ctx context.Context) []verify.Result {
-	cs, err := c.Kube(c.Inv.ControlPlane[0])
+	cs, err := c.kubeClient()
 	if err != nil {
 		return []verify.Result{verify.Failf("", "", "%v", err)}
 	}

@@ -77,8 +77,9 @@ type Cluster struct {
 	// for 'hardway etcd defrag' (see maintenance.go); tests replace it.
 	maint maintHooks
 
-	kubeMu sync.Mutex // guards kubes
-	kubes  map[string]kubernetes.Interface
+	kubeMu    sync.Mutex // guards kubes and apiPicked
+	kubes     map[string]kubernetes.Interface
+	apiPicked *inventory.Host // see apiHost
 }
 
 // etcdAPI is what the steps and checks ask etcd; *etcd.Client is one.

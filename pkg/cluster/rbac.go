@@ -28,7 +28,7 @@ func (c *Cluster) planRBAC(ctx context.Context, _ plan.Planned) ([]plan.Action, 
 	if err != nil {
 		return nil, err
 	}
-	cs, err := c.Kube(c.Inv.ControlPlane[0])
+	cs, err := c.kubeClient()
 	if err != nil {
 		return nil, err
 	}

@@ -18,13 +18,13 @@ import (
 )
 
 // Smoke runs `hardway smoke` (pkg/smoke) against the cluster: the API and
-// etcd through the first control-plane host's SSH connection, the
-// NodePorts asked from that host.
+// etcd through the SSH connection of a control-plane host whose apiserver
+// is ready (apiHost), the NodePorts asked from that host.
 func (c *Cluster) Smoke(ctx context.Context, opt smoke.Options) (*verify.Report, error) {
 	if len(c.Inv.Workers) == 0 {
 		return nil, usererr.New(errors.New("the inventory has no workers: nothing runs pods"), "add hosts under workers: and run 'hardway up'")
 	}
-	cp := c.Inv.ControlPlane[0]
+	cp := c.apiHost()
 	// client-go's port-forward and exec dial the apiserver themselves
 	// (they ignore rest.Config.Dial): a loopback listener carries their
 	// connections through SSH instead, so no port has to be open to this

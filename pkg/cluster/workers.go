@@ -61,9 +61,59 @@ func (c *Cluster) unitSnapshot(ctx context.Context, sh remote.Host, comps []stri
 	return sn, nil
 }
 
-// kubeClient is the admin client through the first control-plane host.
+// kubeClient is the admin client through the control-plane host apiHost
+// picked.
 func (c *Cluster) kubeClient() (kubernetes.Interface, error) {
-	return c.Kube(c.Inv.ControlPlane[0])
+	return c.Kube(c.apiHost())
+}
+
+// apiProbeTimeout bounds how long one control-plane host may take to answer
+// before the next one is tried: an SSH connect to a powered-off host would
+// otherwise take the whole connect timeout.
+const apiProbeTimeout = 5 * time.Second
+
+// apiHost is the control-plane host whose apiserver serves the cluster-wide
+// API calls (Nodes, RBAC, DNS, the encryption probe): the first one listed
+// that answers /readyz, picked once per run. With the first controller
+// powered off, verify and up then still reach the API through another one;
+// the per-host checks still report the lost one. When none answers, it is
+// the first, and the callers' errors say why.
+func (c *Cluster) apiHost() inventory.Host {
+	c.kubeMu.Lock()
+	picked := c.apiPicked
+	c.kubeMu.Unlock()
+	if picked != nil {
+		return *picked
+	}
+	pick := c.Inv.ControlPlane[0]
+	for _, h := range c.Inv.ControlPlane {
+		if c.apiReady(h) {
+			pick = h
+			c.kubeMu.Lock()
+			c.apiPicked = &pick
+			c.kubeMu.Unlock()
+			break
+		}
+	}
+	return pick
+}
+
+// apiReady asks h's apiserver for /readyz through h's SSH connection.
+func (c *Cluster) apiReady(h inventory.Host) bool {
+	cs, err := c.Kube(h)
+	if err != nil {
+		return false
+	}
+	rc := cs.Discovery().RESTClient()
+	if rc == nil {
+		return true // a fake client in unit tests: nothing to ask
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), apiProbeTimeout)
+	defer cancel()
+	if _, err := c.Host(ctx, h.Name); err != nil {
+		return false
+	}
+	return rc.Get().AbsPath("/readyz").Do(ctx).Error() == nil
 }
 
 func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan.Action, error) {

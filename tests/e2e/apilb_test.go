@@ -188,6 +188,16 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 				t.Errorf("%s: lb-endpoint with %s gone: %s %q", w, victim, ep.Status, ep.Message)
 			}
 		}
+		// The cluster-wide checks reach the API through a controller that
+		// is up: with the first one gone they failed before (apiHost).
+		if rb := result(r, "rbac", ""); rb.Status != verify.Pass {
+			t.Errorf("rbac with %s gone: %s %q", victim, rb.Status, rb.Message)
+		}
+		for _, x := range r.Results {
+			if x.Check == "nodes" && x.Status == verify.Fail {
+				t.Errorf("nodes with %s gone: %s %q", victim, x.Host, x.Message)
+			}
+		}
 
 		// Back: the host boots, rejoins, and every check passes again.
 		back := time.Now()

@@ -1,0 +1,58 @@
+package cluster
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/remote/remotetest"
+)
+
+// With the first controller's apiserver not ready, the cluster-wide API
+// calls go through the next one that is (verify's Node checks failed with
+// the first controller powered off), and the pick is made once per run.
+func TestAPIHostSkipsAnUnreadyController(t *testing.T) {
+	inv, err := inventory.Parse("inv.yaml", t.TempDir()+"/inv.yaml", []byte(`controlPlane:
+  - {name: c1, address: 10.240.0.11}
+  - {name: c2, address: 10.240.0.12}
+  - {name: c3, address: 10.240.0.13}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked [3]atomic.Int32
+	servers := map[string]*httptest.Server{}
+	for i, name := range []string{"c1", "c2", "c3"} {
+		ready := name != "c1"
+		servers[name] = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			asked[i].Add(1)
+			if r.URL.Path != "/readyz" || !ready {
+				http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
+				return
+			}
+			w.Write([]byte("ok"))
+		}))
+		defer servers[name].Close()
+	}
+	c := New(inv, Options{Connect: func(_ context.Context, cfg remote.Config) (remote.Host, error) {
+		return remotetest.New(t, cfg.Name), nil
+	}})
+	c.newKube = func(h inventory.Host) (kubernetes.Interface, error) {
+		return kubernetes.NewForConfig(&rest.Config{Host: servers[h.Name].URL})
+	}
+	for range 3 {
+		if got := c.apiHost(); got.Name != "c2" {
+			t.Fatalf("apiHost = %s, want c2 (c1 is not ready)", got.Name)
+		}
+	}
+	if a, b, c3 := asked[0].Load(), asked[1].Load(), asked[2].Load(); a != 1 || b != 1 || c3 != 0 {
+		t.Errorf("readyz asked c1 %d, c2 %d, c3 %d times; want 1, 1, 0 (picked once)", a, b, c3)
+	}
+}
