@@ -135,6 +135,12 @@ type Releases struct {
 	// AllowHTTP accepts plain http:// mirrors and image URLs (a warning
 	// each); without it they are refused (see validateTransport).
 	AllowHTTP bool `yaml:"allowHTTP"`
+	// FetchOn says who downloads the release files the hosts install:
+	// FetchOnOperator (default) pushes the operator's verified copies over
+	// SSH; FetchOnHosts lets each host download its own from the release
+	// URLs, checked on the host against hardway.lock's sha256 before
+	// anything is installed (see fetchon.go).
+	FetchOn string `yaml:"fetchOn"`
 }
 
 // Image is a container image as a docker-archive tarball, for hosts that

@@ -202,6 +202,7 @@ func (l *loader) validate(inv *Inventory) {
 
 	l.validateWorkerReleases(inv)
 	l.validateTransport(inv)
+	l.validateFetchOn(inv)
 	l.validateHosts(inv)
 	l.validateDNS(inv)
 	l.validateAPIServerLoadBalancer(inv)
