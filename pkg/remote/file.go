@@ -414,6 +414,39 @@ func Put(ctx context.Context, h Host, f File, o PutOptions) error {
 	return put(ctx, h, &f, o)
 }
 
+// markersScript creates the (empty) marker files, and their directories.
+func markersScript(markers []string) string {
+	var s strings.Builder
+	for _, m := range markers {
+		fmt.Fprintf(&s, "[ -d %[1]s ] || mkdir -p -m 0700 -- %[1]s\ntouch -- %[2]s\n", Quote(path.Dir(m)), Quote(m))
+	}
+	return s.String()
+}
+
+// parentsScript creates f's missing parent directories one by one: mkdir
+// -p -m gives the mode only to the last one.
+func parentsScript(f *File) string {
+	var parents []string
+	for d := path.Dir(f.Path); d != "/" && d != "."; d = path.Dir(d) {
+		parents = append([]string{d}, parents...)
+	}
+	var s strings.Builder
+	for _, d := range parents {
+		fmt.Fprintf(&s, "[ -d %[1]s ] || mkdir -m %[2]o -- %[1]s\n", Quote(d), f.dirMode())
+	}
+	return s.String()
+}
+
+// cacheEntryScript appends f's entry to the stat cache at cache (best
+// effort: an entry that is not written only costs a hash), keeping the
+// cache under cacheLines.
+func cacheEntryScript(cache string, f *File) string {
+	return fmt.Sprintf("c=%s; { mkdir -p -m 0700 \"$(dirname \"$c\")\" && "+
+		"printf '%%s %%s\\t%%s\\n' %s \"$(stat -L -c '%%s %%i %%.9Y %%.9Z' -- %s)\" %s >> \"$c\" && "+
+		"if [ \"$(wc -l < \"$c\")\" -gt %d ]; then tail -n %d \"$c\" > \"$c.$$\" && mv -f \"$c.$$\" \"$c\"; fi; } 2>/dev/null || true\n",
+		Quote(cache), Quote(f.Path), Quote(f.Path), f.SHA256, cacheLines, cacheLines/2)
+}
+
 // cacheLines bounds the stat cache: Put appends an entry per write, and past
 // this many lines the oldest go (a lost entry only costs one hash).
 const cacheLines = 2048
@@ -427,21 +460,11 @@ func put(ctx context.Context, h Host, f *File, o PutOptions) error {
 		verb = "fix mode and owner of"
 	}
 	fmt.Fprintf(&s, "# %s %s\nset -e\numask 077\n", verb, f.Path)
-	for _, m := range o.Markers {
-		fmt.Fprintf(&s, "[ -d %[1]s ] || mkdir -p -m 0700 -- %[1]s\ntouch -- %[2]s\n", Quote(path.Dir(m)), Quote(m))
-	}
+	s.WriteString(markersScript(o.Markers))
 	if o.AttrsOnly {
 		s.WriteString(attrsScript(f, Quote(f.Path)))
 	} else {
-		// Create missing parents one by one: mkdir -p -m gives the mode
-		// only to the last one.
-		var parents []string
-		for d := dir; d != "/" && d != "."; d = path.Dir(d) {
-			parents = append([]string{d}, parents...)
-		}
-		for _, d := range parents {
-			fmt.Fprintf(&s, "[ -d %[1]s ] || mkdir -m %[2]o -- %[1]s\n", Quote(d), f.dirMode())
-		}
+		s.WriteString(parentsScript(f))
 		prefix := Quote(dir + "/" + tempPrefix(f.Path))
 		fmt.Fprintf(&s, "rm -f -- %s*\n", prefix)
 		fmt.Fprintf(&s, "t=$(mktemp %sXXXXXX)\n", prefix)
@@ -458,11 +481,7 @@ func put(ctx context.Context, h Host, f *File, o PutOptions) error {
 		fmt.Fprintf(&s, "sync -- %s 2>/dev/null || true\n", Quote(dir))
 	}
 	if o.Cache != "" {
-		// Best effort: an entry that is not written only costs a hash.
-		fmt.Fprintf(&s, "c=%s; { mkdir -p -m 0700 \"$(dirname \"$c\")\" && "+
-			"printf '%%s %%s\\t%%s\\n' %s \"$(stat -L -c '%%s %%i %%.9Y %%.9Z' -- %s)\" %s >> \"$c\" && "+
-			"if [ \"$(wc -l < \"$c\")\" -gt %d ]; then tail -n %d \"$c\" > \"$c.$$\" && mv -f \"$c.$$\" \"$c\"; fi; } 2>/dev/null || true\n",
-			Quote(o.Cache), Quote(f.Path), Quote(f.Path), f.SHA256, cacheLines, cacheLines/2)
+		s.WriteString(cacheEntryScript(o.Cache, f))
 	}
 	var stdin io.Reader
 	if !o.AttrsOnly {
