@@ -179,6 +179,7 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 		// (etcd_disk_wal_fsync_duration_seconds).
 		script += "if systemctl is-active --quiet etcd.service; then echo 'fsync skipped'; else\n" + fsyncScript + "fi\n"
 	}
+	script += c.fetchToolsScript()
 	// The clock again at the end: the time the script took on the host is
 	// not part of the round trip the skew estimate halves.
 	script += "echo \"end $(date +%s%N)\"\n"
@@ -244,6 +245,7 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 			f.Problems = append(f.Problems, fmt.Sprintf("clock is %s off this machine's; TLS and leader leases break beyond %s (run chrony or systemd-timesyncd)", f.Skew.Round(time.Millisecond), maxClockSkew))
 		}
 	}
+	f.Problems = append(f.Problems, c.fetchToolProblems(string(out))...)
 	if i := indexOf(c.Inv.Workers, sh.Name()); worker {
 		// A worker runs no etcd: its checks are the runtime's needs.
 		p, w, err := c.workerPreflight(ctx, sh, c.Inv.Workers[i])

@@ -330,6 +330,7 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Ac
 	if lookAdmin && got[len(dirs)] != "missing" {
 		actions = append(actions, c.oldAdminKubeconfigAction(sh))
 	}
+	fetch := c.newHostFetch(h.Name)
 	for i, r := range res {
 		why := r.Why
 		if !r.Changed() {
@@ -352,6 +353,14 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Ac
 			markers = append(markers, path.Join(restartDir, comp))
 		}
 		attrsOnly := !r.Content
+		if r.Content {
+			// releases.fetchOn: hosts: the host downloads it (hostfetch.go).
+			if ok, err := fetch.add(mf, f, markers); err != nil {
+				return nil, err
+			} else if ok {
+				continue
+			}
+		}
 		// Files are written side by side (Parallel, one lane each): the
 		// directories above come first, and no write depends on another.
 		actions = append(actions, plan.Action{Host: h.Name, Kind: plan.Write, Desc: desc, Diff: diff, Restarts: mf.Components,
@@ -363,7 +372,7 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Ac
 				return remote.Put(ctx, sh, f, remote.PutOptions{Markers: markers, Cache: sumsCache, AttrsOnly: attrsOnly})
 			}})
 	}
-	return actions, nil
+	return append(actions, fetch.actions(sh)...), nil
 }
 
 // shortDiff is a unified-ish diff of a text file on the host against want,

@@ -89,12 +89,19 @@ func TestResolveGoodPath(t *testing.T) {
 			if data, _ := os.ReadFile(etcd.Path); !strings.HasPrefix(string(data), "#!fake etcd v3.6.16") || !etcd.Install {
 				t.Errorf("etcd not unpacked from the tarball: %q", data[:20])
 			}
-			if tar, _ := s.Get("etcd-v3.6.16-linux-amd64.tar.gz"); tar.Install {
-				t.Error("the tarball is marked for install")
-			}
 			api, _ := s.Get("kube-apiserver")
 			if want := m.srv.URL + "/kubernetes/release/v1.36.3/bin/linux/amd64/kube-apiserver"; tc.name != "file" && api.URL != want {
 				t.Errorf("URL %s, want %s", api.URL, want)
+			}
+			if tar, _ := s.Get("etcd-v3.6.16-linux-amd64.tar.gz"); tar.Install {
+				t.Error("the tarball is marked for install")
+			}
+			// A member knows its archive (a host fetching etcd downloads it).
+			if ar, ok := s.ArchiveOf(etcd); !ok || ar.Name != "etcd-v3.6.16-linux-amd64.tar.gz" || etcd.Member != "etcd-v3.6.16-linux-amd64/etcd" {
+				t.Errorf("archive of etcd: %v %+v", ok, ar)
+			}
+			if _, ok := s.ArchiveOf(api); ok {
+				t.Error("kube-apiserver has an archive")
 			}
 			lock1, _ := os.ReadFile(o.LockPath)
 
