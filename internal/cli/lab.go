@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hardway/hardway/pkg/lab"
+	"github.com/hardway/hardway/pkg/usererr"
 )
 
 func (a *App) newLabCmd() *cobra.Command {
@@ -37,11 +38,19 @@ for them:
 		return lab.New(cfg)
 	}
 
+	var fetchOn string
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Create and boot the lab hosts, write the inventory",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch fetchOn {
+			case "operator":
+			case "hosts":
+				cfg.FetchOnHosts = true
+			default:
+				return usererr.WithCode(fmt.Errorf("--fetch-on %q: want operator or hosts", fetchOn), usererr.CodeUsage, "see 'hardway lab up --help'")
+			}
 			l, err := newLab()
 			if err != nil {
 				return err
@@ -53,8 +62,11 @@ for them:
 			for _, h := range append(res.Hosts, res.Workers...) {
 				fmt.Fprintf(a.Stdout, "%-14s %s\n", h.Name, h.Address)
 			}
-			fmt.Fprintf(a.Stdout, "\ninventory: %s\nssh:       ssh -F %s %s\nnext:      hardway up -i %s\n",
-				res.Inventory, res.SSHConfig, res.Hosts[0].Name, res.Inventory)
+			fmt.Fprintf(a.Stdout, "\ninventory: %s\nssh:       ssh -F %s %s\n", res.Inventory, res.SSHConfig, res.Hosts[0].Name)
+			if res.MirrorURL != "" {
+				fmt.Fprintf(a.Stdout, "mirror:    %s (the hosts fetch from it; until lab down)\n", res.MirrorURL)
+			}
+			fmt.Fprintf(a.Stdout, "next:      hardway up -i %s\n", res.Inventory)
 			return nil
 		},
 	}
@@ -64,6 +76,10 @@ for them:
 			"hierarchy, writable cgroups, a plain /var/lib/containerd, kubelet's sysctls shown read-only, /dev/kmsg")
 	up.Flags().StringVar(&cfg.Dir, "dir", lab.DefaultDir, "directory for the inventory, SSH key, known_hosts and ssh_config")
 	up.Flags().StringVar(&cfg.Net, "net", lab.DefaultNet, "the lab's /24: bridge .1, hosts .11, .12, ...")
+	up.Flags().StringVar(&fetchOn, "fetch-on", "operator",
+		"operator: the inventory names the mirror on this machine's disk and 'hardway up' pushes every file over SSH;\n"+
+			"hosts: the lab serves the mirror over HTTP on its bridge address until 'lab down', and the inventory has\n"+
+			"releases.fetchOn: hosts, so each host downloads its files itself (checked against hardway.lock on the host)")
 
 	down := &cobra.Command{
 		Use:   "down",

@@ -56,6 +56,8 @@ func (l *Lab) down(ctx context.Context, st *state) error {
 	for _, h := range st.Hosts {
 		errs = append(errs, removeHost(ctx, h))
 	}
+	// The mirror server listens on the bridge's address: it goes first.
+	errs = append(errs, stopMirror(st))
 	if linkExists(st.Bridge) {
 		errs = append(errs, run(ctx, "ip", "link", "del", st.Bridge))
 	}

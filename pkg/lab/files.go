@@ -49,6 +49,10 @@ func (l *Lab) writeClientFiles(st *state, key ed25519.PrivateKey, hostKeys map[s
 		KnownHosts: filepath.Join(dir, KnownHostsFile),
 		Identity:   filepath.Join(dir, IdentityFile),
 	}
+	if l.cfg.ServeMirror {
+		res.MirrorURL, res.Bridge = l.MirrorURL(), bridgeAddr(l.net).String()
+		res.MirrorLog = filepath.Join(l.stateDir(), MirrorLogFile)
+	}
 	var kh, cfg strings.Builder
 	for _, h := range st.Hosts {
 		if h.worker() {
@@ -64,7 +68,7 @@ func (l *Lab) writeClientFiles(st *state, key ed25519.PrivateKey, hostKeys map[s
 	for _, f := range []struct{ path, data string }{
 		{res.KnownHosts, kh.String()},
 		{res.SSHConfig, cfg.String()},
-		{res.Inventory, renderInventory(l.cfg, res.Hosts, res.Workers)},
+		{res.Inventory, renderInventory(l.cfg, res.MirrorURL, res.Hosts, res.Workers)},
 	} {
 		if err := fsutil.WriteFile(f.path, []byte(f.data), 0o644); err != nil {
 			return nil, err
@@ -98,7 +102,13 @@ var mirrorImages = []struct{ name, file string }{
 
 // renderInventory writes the inventory for `hardway up -i lab/inventory.yaml`.
 // Paths in it are relative to the inventory file, so the lab dir can move.
-func renderInventory(cfg Config, hosts, workers []Host) string {
+// With cfg.FetchOnHosts the releases and images are on the lab's mirror
+// server at mirrorURL and the hosts download them (releases.fetchOn: hosts).
+func renderInventory(cfg Config, mirrorURL string, hosts, workers []Host) string {
+	base := "file://" + cfg.Mirror
+	if cfg.FetchOnHosts {
+		base = mirrorURL
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Written by 'hardway lab up' for the lab hosts (prefix %s); 'hardway lab down' removes it.
 cluster: lab
@@ -115,7 +125,12 @@ network:
 releases:
 `, cfg.Prefix, cfg.KubernetesVersion, cfg.EtcdVersion, runtime.GOARCH, IdentityFile, KnownHostsFile, ServiceCIDR)
 	for _, r := range mirrorReleases {
-		fmt.Fprintf(&b, "  %s: file://%s/%s\n", r.key, cfg.Mirror, r.dir)
+		fmt.Fprintf(&b, "  %s: %s/%s\n", r.key, base, r.dir)
+	}
+	if cfg.FetchOnHosts {
+		// The mirror server is plain http inside the lab's own network;
+		// the hosts check every file against hardway.lock all the same.
+		b.WriteString("  allowHTTP: true\n  fetchOn: hosts\n")
 	}
 	b.WriteString("controlPlane:\n")
 	for _, h := range hosts {
@@ -134,7 +149,7 @@ releases:
 	// checksums: the mirror's SHA256SUMS beside each tarball
 	b.WriteString("images:\n")
 	for _, im := range mirrorImages {
-		fmt.Fprintf(&b, "  - name: %s\n    url: file://%s/images/%s\n", im.name, cfg.Mirror, im.file)
+		fmt.Fprintf(&b, "  - name: %s\n    url: %s/images/%s\n", im.name, base, im.file)
 	}
 	return b.String()
 }

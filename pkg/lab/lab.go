@@ -46,6 +46,14 @@ type Config struct {
 	KubernetesVersion string // for the inventory; default v1.36.3
 	EtcdVersion       string // default v3.6.16
 
+	// ServeMirror serves Mirror over HTTP on the bridge address (MirrorURL)
+	// from Up until Down, so that lab hosts can download from it.
+	ServeMirror bool
+	// FetchOnHosts (implies ServeMirror) writes the inventory for
+	// releases.fetchOn: hosts: every release and image URL on the lab's
+	// mirror server (plain http, so allowHTTP: true).
+	FetchOnHosts bool
+
 	BootTimeout time.Duration // per host, for sshd and systemd; default 2 minutes
 	Log         io.Writer     // progress lines; default io.Discard
 }
@@ -111,6 +119,9 @@ func New(cfg Config) (*Lab, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
+	}
+	if cfg.FetchOnHosts {
+		cfg.ServeMirror = true
 	}
 	var errs []error
 	if cfg.Hosts < 1 || cfg.Hosts > MaxHosts {

@@ -181,7 +181,7 @@ func TestRenderInventory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := renderInventory(l.cfg, []Host{{"controller-1", "10.240.0.11"}, {"controller-2", "10.240.0.12"}}, []Host{{"worker-1", "10.240.0.21"}})
+	text := renderInventory(l.cfg, l.MirrorURL(), []Host{{"controller-1", "10.240.0.11"}, {"controller-2", "10.240.0.12"}}, []Host{{"worker-1", "10.240.0.21"}})
 	var got struct {
 		Cluster           string `yaml:"cluster"`
 		KubernetesVersion string `yaml:"kubernetesVersion"`
@@ -269,8 +269,36 @@ func TestRenderInventory(t *testing.T) {
 	if len(inv.Images) != 3 || inv.Releases.Crictl != "file:///srv/mirror/crictl" {
 		t.Errorf("loaded: images %+v, releases %+v", inv.Images, inv.Releases)
 	}
-	if text := renderInventory(l.cfg, []Host{{"controller-1", "10.240.0.11"}}, nil); strings.Contains(text, "workers:") || strings.Contains(text, "images:") {
+	if text := renderInventory(l.cfg, l.MirrorURL(), []Host{{"controller-1", "10.240.0.11"}}, nil); strings.Contains(text, "workers:") || strings.Contains(text, "images:") {
 		t.Error("an inventory without workers has workers or images")
+	}
+	if inv.Releases.FetchOn != inventory.FetchOnOperator || inv.Releases.AllowHTTP {
+		t.Errorf("default lab: fetchOn %q, allowHTTP %v", inv.Releases.FetchOn, inv.Releases.AllowHTTP)
+	}
+}
+
+// lab up --fetch-on hosts: every release and image on the lab's mirror
+// server, which only plain http serves there, and the hosts fetch.
+func TestRenderInventoryFetchOnHosts(t *testing.T) {
+	l, err := New(Config{Mirror: "/srv/mirror", Net: "10.240.7", FetchOnHosts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.cfg.ServeMirror || l.MirrorURL() != "http://10.240.7.1:18780" {
+		t.Fatalf("serve %v at %s", l.cfg.ServeMirror, l.MirrorURL())
+	}
+	text := renderInventory(l.cfg, l.MirrorURL(), []Host{{"controller-1", "10.240.7.11"}}, []Host{{"worker-1", "10.240.7.21"}})
+	inv, err := inventory.Parse("inventory.yaml", "/lab/inventory.yaml", []byte(text))
+	if err != nil {
+		t.Fatalf("the lab's inventory does not load:\n%s\n%v", text, err)
+	}
+	r := inv.Releases
+	if r.FetchOn != inventory.FetchOnHosts || !r.AllowHTTP || r.Kubernetes != "http://10.240.7.1:18780/kubernetes" ||
+		r.Traefik != "http://10.240.7.1:18780/traefik" || inv.Images[0].URL != "http://10.240.7.1:18780/images/pause-3.10.2.tar" {
+		t.Errorf("releases %+v, images %+v", r, inv.Images)
+	}
+	if strings.Contains(text, "file://") {
+		t.Errorf("a file:// URL left:\n%s", text)
 	}
 }
 

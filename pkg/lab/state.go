@@ -28,6 +28,10 @@ type state struct {
 
 	Hosts []hostState `json:"hosts"`
 
+	// The release mirror's HTTP server (Config.ServeMirror), if started.
+	MirrorPID   int    `json:"mirrorPid,omitempty"`
+	MirrorStart uint64 `json:"mirrorStart,omitempty"` // /proc starttime: PIDs get reused
+
 	path string
 }
 

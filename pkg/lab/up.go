@@ -29,6 +29,12 @@ type Result struct {
 	Identity   string
 	Hosts      []Host // the controllers
 	Workers    []Host
+	// With Config.ServeMirror: the mirror's base URL on the bridge address
+	// (http://10.240.x.1:18780, the mirror's directories below it), the
+	// bridge address, and the server's request log.
+	MirrorURL string
+	Bridge    string
+	MirrorLog string
 }
 
 // Host is one lab host.
@@ -128,6 +134,12 @@ func (l *Lab) Up(ctx context.Context) (*Result, error) {
 		{"link", "set", st.Bridge, "up"},
 	} {
 		if err := run(ctx, "ip", args...); err != nil {
+			return fail(err)
+		}
+	}
+
+	if l.cfg.ServeMirror {
+		if err := l.startMirror(st); err != nil {
 			return fail(err)
 		}
 	}
