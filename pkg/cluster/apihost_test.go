@@ -2,10 +2,13 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -54,5 +57,47 @@ func TestAPIHostSkipsAnUnreadyController(t *testing.T) {
 	}
 	if a, b, c3 := asked[0].Load(), asked[1].Load(), asked[2].Load(); a != 1 || b != 1 || c3 != 0 {
 		t.Errorf("readyz asked c1 %d, c2 %d, c3 %d times; want 1, 1, 0 (picked once)", a, b, c3)
+	}
+}
+
+// A host that could not be dialled is not dialled again for redialAfter:
+// verify with a powered-off host waited out the connect timeout once per
+// check round. A dial its caller cancelled, or one that failed fast, is not
+// remembered.
+func TestHostRemembersAFailedDial(t *testing.T) {
+	inv, err := inventory.Parse("inv.yaml", t.TempDir()+"/inv.yaml", []byte(`controlPlane:
+  - {name: c1, address: 10.240.0.11}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int32
+	var slow atomic.Bool
+	c := New(inv, Options{Connect: func(ctx context.Context, cfg remote.Config) (remote.Host, error) {
+		dials.Add(1)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if slow.Load() {
+			time.Sleep(slowDial)
+		}
+		return nil, errors.New("dial tcp 10.240.0.11:22: i/o timeout")
+	}})
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Host(cancelled, "c1"); err == nil {
+		t.Fatal("dial succeeded")
+	}
+	// A fast failure (refused) is tried again each time.
+	c.Host(context.Background(), "c1")
+	c.Host(context.Background(), "c1")
+	slow.Store(true)
+	for range 3 {
+		if _, err := c.Host(context.Background(), "c1"); err == nil || !strings.Contains(err.Error(), "i/o timeout") {
+			t.Fatalf("Host: %v", err)
+		}
+	}
+	if n := dials.Load(); n != 4 {
+		t.Errorf("%d dials, want 4 (the cancelled one, two fast failures, then one slow one remembered)", n)
 	}
 }
