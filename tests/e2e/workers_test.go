@@ -43,7 +43,7 @@ func setupWorkers(t *testing.T) *workersEnv {
 		}
 	}
 	dir := t.TempDir()
-	l, res := labtest.Start(t, lab.Config{Dir: dir, Prefix: "hwk", Net: "10.240.4", Workers: 2, Mirror: mirror})
+	l, res := labtest.Start(t, lab.Config{Dir: dir, Prefix: "hwk", Net: "10.240.4", Workers: 2, Mirror: mirror, ServeMirror: true})
 	e := &env{t: t, inv: res.Inventory, cacheDir: filepath.Join(dir, "cache"), res: res, mirror: mirror}
 	return &workersEnv{env: e, kubectl: mirrortest.KubeBinary(t, "kubectl"), lab: l,
 		kubeconfig: filepath.Join(filepath.Dir(res.Inventory), ".hardway/kubeconfigs/admin.kubeconfig")}
@@ -305,6 +305,7 @@ func TestWorkers(t *testing.T) {
 		}
 	})
 
+	e.hostFetchScenarios(t)
 	e.dnsSmokeScenarios(t)
 	e.lostControllerScenarios(t)
 	// Last: they change the cluster (and put it back).
