@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/lab-demo.sh: what `make demo` runs. Builds the release mirror (cached), starts three lab
+# hack/lab-demo.sh: what `make demo` runs. Fills the release mirror (cached), starts three lab
 # controllers and two workers (or reuses the running lab), then `hardway up` and `hardway verify`
 # against them, and says how to use kubectl. Steps this build of hardway does not have yet are
 # reported, not faked. LAB_WORKERS=0 gives a control plane alone.
@@ -16,7 +16,10 @@ step() { echo; echo "==> $*"; }
 [ "$(id -u)" = 0 ] || { echo "make demo needs root (network namespaces, containers): sudo make demo" >&2; exit 1; }
 [ -x "$HW" ] || { echo "$HW not built: make build" >&2; exit 1; }
 
-step "release mirror (built from source; cached): hack/mirror/build.sh"
+# build.sh takes each component's official release when its download site answers (verified
+# against the site's checksum files) and builds it from source only when it does not; it prints
+# which path each component took.
+step "release mirror (official releases when reachable, else built from source; cached): hack/mirror/build.sh"
 t0=$(date +%s)
 bash hack/mirror/build.sh
 echo "mirror ready in $(( $(date +%s) - t0 ))s"

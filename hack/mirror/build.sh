@@ -88,6 +88,21 @@ sumline() { printf '%s  %s\n' "$(digest "${2}sum" "$1")" "$(basename "$1")"; }
 # sums_ok DIR SUMFILE: every file SUMFILE lists is there and matches
 sums_ok() { [ -s "$1/$2" ] && (cd "$1" && sha256sum -c --quiet --status "$2"); }
 
+# published_ok DIR SUMFILE FILE: FILE is there and has the digest SUMFILE gives for it: its
+# "<hex>  FILE" line (an official checksums file lists other files too), or, in a sidecar of
+# one line, a bare "<hex>" (crictl's .sha256); sha256 or sha512 by the digest's length. Both the
+# files build.sh writes and the official ones (hack/mirror/official) pass.
+published_ok() {
+  local want algo
+  [ -s "$1/$3" ] && [ -s "$1/$2" ] || return 1
+  want=$(awk -v f="$3" 'NF == 0 { next } { n++ }
+    NF >= 2 { x = $2; sub(/^\*/, "", x); sub(/^\.\//, "", x); if (x == f) { print tolower($1); found = 1; exit } }
+    NF == 1 { one = tolower($1) }
+    END { if (!found && n == 1 && one != "") print one }' "$1/$2")
+  case ${#want} in 64) algo=sha256sum ;; 128) algo=sha512sum ;; *) return 1 ;; esac
+  [ "$(digest "$algo" "$1/$3")" = "$want" ]
+}
+
 # mod_field MOD@VER FIELD: a field of `go mod download -json` (downloads the module if needed)
 mod_json() { (cd "$WORK" && go mod download -json "$1"); }
 json_field() { sed -n "s/^[[:space:]]*\"$1\": \"\\(.*\\)\",\\{0,1\\}\$/\\1/p" | head -1; }
@@ -256,7 +271,7 @@ build_etcd() {
 # Official: containerd-2.4.2-linux-amd64.tar.gz (bin/...) and its .sha256sum ("<hex>  <file>").
 containerd_dir=$MIRROR/containerd/$CONTAINERD_VERSION
 containerd_tgz=containerd-${CONTAINERD_VERSION#v}-$GOOS-$GOARCH.tar.gz
-containerd_complete() { sums_ok "$containerd_dir" "$containerd_tgz.sha256sum"; }
+containerd_complete() { published_ok "$containerd_dir" "$containerd_tgz.sha256sum" "$containerd_tgz"; }
 
 build_containerd() {
   local w m=github.com/containerd/containerd/v2 tm pkgs=() b
@@ -280,7 +295,7 @@ build_containerd() {
 # ---------------------------------------------------------------- runc
 # Official: runc.amd64 (static, with seccomp) and runc.sha256sum listing every file of the release.
 runc_dir=$MIRROR/runc/$RUNC_VERSION
-runc_complete() { [ -x "$runc_dir/runc.$GOARCH" ] && sums_ok "$runc_dir" runc.sha256sum; }
+runc_complete() { [ -x "$runc_dir/runc.$GOARCH" ] && published_ok "$runc_dir" runc.sha256sum "runc.$GOARCH"; }
 
 build_runc() {
   local w m=github.com/opencontainers/runc
@@ -308,7 +323,7 @@ build_runc() {
 # Official: cni-plugins-linux-amd64-v1.10.0.tgz (./bridge, ./host-local, ...) + .sha256 and .sha512.
 cni_dir=$MIRROR/cni-plugins/$CNI_VERSION
 cni_tgz=cni-plugins-$GOOS-$GOARCH-$CNI_VERSION.tgz
-cni_complete() { sums_ok "$cni_dir" "$cni_tgz.sha256" && [ -s "$cni_dir/$cni_tgz.sha512" ]; }
+cni_complete() { published_ok "$cni_dir" "$cni_tgz.sha256" "$cni_tgz" && published_ok "$cni_dir" "$cni_tgz.sha512" "$cni_tgz"; }
 
 build_cni() {
   local w m=github.com/containernetworking/plugins tm pkgs=() p
@@ -334,7 +349,7 @@ build_cni() {
 # Official: crictl-v1.37.0-linux-amd64.tar.gz (crictl at the top) + .sha256.
 crictl_dir=$MIRROR/crictl/$CRICTL_VERSION
 crictl_tgz=crictl-$CRICTL_VERSION-$GOOS-$GOARCH.tar.gz
-crictl_complete() { sums_ok "$crictl_dir" "$crictl_tgz.sha256"; }
+crictl_complete() { published_ok "$crictl_dir" "$crictl_tgz.sha256" "$crictl_tgz"; }
 
 build_crictl() {
   local w m=sigs.k8s.io/cri-tools tm
@@ -358,7 +373,7 @@ build_crictl() {
 # from this binary by build_images.
 coredns_dir=$MIRROR/coredns/$COREDNS_VERSION
 coredns_tgz=coredns_${COREDNS_VERSION#v}_${GOOS}_$GOARCH.tgz
-coredns_complete() { sums_ok "$coredns_dir" "$coredns_tgz.sha256"; }
+coredns_complete() { published_ok "$coredns_dir" "$coredns_tgz.sha256" "$coredns_tgz"; }
 
 build_coredns() {
   local w m=github.com/coredns/coredns tm
@@ -383,7 +398,7 @@ build_coredns() {
 traefik_dir=$MIRROR/traefik/$TRAEFIK_VERSION
 traefik_tgz=traefik_${TRAEFIK_VERSION}_${GOOS}_$GOARCH.tar.gz
 traefik_sums=traefik_${TRAEFIK_VERSION}_checksums.txt
-traefik_complete() { sums_ok "$traefik_dir" "$traefik_sums"; }
+traefik_complete() { published_ok "$traefik_dir" "$traefik_sums" "$traefik_tgz"; }
 
 build_traefik() {
   local w=$WORK/traefik-$TRAEFIK_VERSION m=github.com/traefik/traefik/v3 gomod dir tm line mod lego legodir auth
@@ -603,11 +618,51 @@ done
 for c in "${ALL[@]}"; do
   declare -F "${c}_complete" "build_$c" >/dev/null || die "internal: ${c}_complete or build_$c is not defined"
 done
+
+# Official releases first: a machine that reaches the official download sites takes each missing
+# component from there, verified against the checksum files the site publishes (and keeps those
+# files beside it, so `hardway fetch` verifies the same way against the mirror); building from
+# source is the fallback for a site that cannot be reached (5 s) or does not have the files.
+# hack/mirror/official says which path each component took. HARDWAY_MIRROR_FROM=source skips
+# the official sites. The images are always made here (they have no official tarball).
+version_of() {
+  case $1 in
+    kubernetes) echo "$K8S_VERSION" ;; etcd) echo "$ETCD_VERSION" ;; containerd) echo "$CONTAINERD_VERSION" ;;
+    runc) echo "$RUNC_VERSION" ;; cni) echo "$CNI_VERSION" ;; crictl) echo "$CRICTL_VERSION" ;;
+    coredns) echo "$COREDNS_VERSION" ;; traefik) echo "$TRAEFIK_VERSION" ;;
+  esac
+}
+missing=()
+for c in "${ALL[@]}"; do
+  for x in "${want[@]}"; do
+    [ "$x" = "$c" ] || continue
+    if [ "$c" != images ] && ! "${c}_complete"; then missing+=("$c=$(version_of "$c")"); fi
+    break
+  done
+done
+taken=""
+case ${HARDWAY_MIRROR_FROM:-auto} in
+  source) log "HARDWAY_MIRROR_FROM=source: building from source, official sites not asked" ;;
+  auto)
+    if [ ${#missing[@]} -gt 0 ]; then
+      log "trying the official releases of ${missing[*]%%=*}"
+      (cd "$TOP" && go build -trimpath -o "$WORK/official" ./hack/mirror/official) >&2
+      taken=$("$WORK/official" -mirror "$MIRROR" -arch "$GOARCH" "${missing[@]}") \
+        || die "official releases: see above (a checksum mismatch is never a reason to build from source instead)"
+    fi ;;
+  *) die "HARDWAY_MIRROR_FROM=${HARDWAY_MIRROR_FROM}: auto (official releases, source as the fallback) or source" ;;
+esac
+official_taken=() source_built=()
+
 # in the order of ALL, each once: etcd first (a minute), Kubernetes next (a quarter of an hour)
 for c in "${ALL[@]}"; do
   for x in "${want[@]}"; do
     [ "$x" = "$c" ] || continue
-    if "${c}_complete"; then log "$c: cached"; else timed "$c" "build_$c"; fi
+    if grep -qx "official $c" <<<"$taken" && "${c}_complete"; then
+      log "$c: the official release, checksums verified"; official_taken+=("$c")
+    elif "${c}_complete"; then log "$c: cached"
+    else timed "$c" "build_$c"; source_built+=("$c")
+    fi
     if [ "$c" = kubernetes ]; then
       minor_line=${K8S_VERSION#v}; minor_line=${minor_line%.*}
       printf '%s' "$K8S_VERSION" | write_atomic "$MIRROR/kubernetes/release/stable-$minor_line.txt"
@@ -617,6 +672,7 @@ for c in "${ALL[@]}"; do
 done
 
 log "mirror ready in $(( $(date +%s) - T0 ))s: $MIRROR"
+log "official releases: ${official_taken[*]:-none}; built from source: ${source_built[*]:-none}"
 for c in "${ALL[@]}"; do
   if [ -n "${TIMES[$c]:-}" ]; then echo "build time $c ${TIMES[$c]}s" >&2; fi
 done
