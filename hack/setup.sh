@@ -23,6 +23,7 @@ declare -A pkgs=(
   [gcc]=gcc                        # hack/mirror: runc (cgo) and the pause binary
   [/usr/lib/$(uname -m)-linux-gnu/libc.a]=libc6-dev  # static links of runc and pause
   [/usr/include/seccomp.h]=libseccomp-dev       # runc's seccomp support, linked statically
+  [patch]=patch                    # hack/mirror: the lab's Traefik (traefik-*-lab.patch)
 )
 need=()
 for cmd in "${!pkgs[@]}"; do

@@ -41,6 +41,11 @@ CNI_VERSION=${CNI_VERSION:-v1.10.0}
 CRICTL_VERSION=${CRICTL_VERSION:-v1.37.0}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
 TRAEFIK_VERSION=${TRAEFIK_VERSION:-v3.7.13}
+# The lab's Traefik leaves out the providers hardway never uses (build_traefik says why): the
+# patch for this version, and the provider packages it makes unused.
+TRAEFIK_LAB_PATCH=${TRAEFIK_LAB_PATCH:-$(cd "$(dirname "$0")" && pwd)/traefik-$TRAEFIK_VERSION-lab.patch}
+TRAEFIK_LAB_DROP=(pkg/provider/kubernetes pkg/provider/docker pkg/provider/ecs pkg/provider/kv
+                  pkg/provider/consulcatalog pkg/provider/nomad)
 PAUSE_VERSION=${PAUSE_VERSION:-3.10.2}
 HELLO_TAG=v1
 # The hello image has no upstream tag to take a time from: a fixed one keeps it reproducible.
@@ -71,7 +76,7 @@ export GOFLAGS="-buildvcs=false"
 log() { echo "[mirror $(date +%T)] $*" >&2; }
 die() { echo "mirror: $*" >&2; exit 1; }
 command -v go >/dev/null || die "go not found in PATH"
-for t in sha256sum sha512sum tar gzip; do command -v "$t" >/dev/null || die "$t not found"; done
+for t in sha256sum sha512sum tar gzip patch; do command -v "$t" >/dev/null || die "$t not found"; done
 
 # hex digests of a file, in the form the official sites serve (hex only, no newline)
 digest() { "$1" "$2" | cut -d' ' -f1; }
@@ -436,6 +441,26 @@ build_traefik() {
   #   provider registry is swapped for one that knows no provider, so none of those SDKs is
   #   linked. ACME over HTTP-01 and TLS-ALPN-01 and everything else are unchanged.
   # Real hosts download the official release binary; this only feeds the lab and the tests.
+  # The providers hardway never configures (Kubernetes, Docker, ECS, Consul, Nomad, the KV
+  # stores) bring client-go, the AWS SDK and the Docker API: 1,697 packages for the whole binary,
+  # about 80 min at load 20. traefik-<version>-lab.patch, a reviewed diff against this version's
+  # own source (its head says what and why), takes them out of the static configuration and the
+  # provider aggregator; their packages are then deleted, so nothing kept can still use them.
+  # The copy of the module replaces the downloaded one. Without a patch for TRAEFIK_VERSION the
+  # whole of Traefik is built, every provider included (1,697 packages).
+  if [ -s "$TRAEFIK_LAB_PATCH" ]; then
+    cp -r "$dir" "$w/traefik"; chmod -R u+w "$w/traefik"
+    patch -p1 --forward --batch --silent -d "$w/traefik" < "$TRAEFIK_LAB_PATCH" >&2 \
+      || die "traefik: $TRAEFIK_LAB_PATCH does not apply to $m@$TRAEFIK_VERSION"
+    local p
+    for p in "${TRAEFIK_LAB_DROP[@]}"; do
+      [ -d "$w/traefik/$p" ] || die "traefik: $m@$TRAEFIK_VERSION has no $p to leave out"
+      rm -rf "${w:?}/traefik/$p"
+    done
+  else
+    log "traefik $TRAEFIK_VERSION: no $(basename "$TRAEFIK_LAB_PATCH"): building every provider (1,700 packages)"
+  fi
+
   lego=$(sed -n 's#^[[:space:]]*github.com/go-acme/lego/v5 \(v[^[:space:]]*\).*#\1#p' "$gomod" | head -1)
   [ -n "$lego" ] || die "traefik: its go.mod requires no github.com/go-acme/lego/v5"
   legodir=$(mod_json "github.com/go-acme/lego/v5@$lego" | json_field Dir)
@@ -521,6 +546,7 @@ GO
     echo "replace github.com/traefik/traefik/dynamic/ext => ./stubs/ext"
     echo "replace github.com/go-acme/lego/v5 => ./lego"
     echo "replace github.com/abbot/go-http-auth => ./go-http-auth"
+    if [ -d "$w/traefik" ]; then echo "replace $m => ./traefik"; fi
     # "A => B vX" lines, alone or in a replace block; local paths (./...) are handled above
     sed -n 's#^\(replace\)\{0,1\}[[:space:]]*\([^[:space:]]*\) => \([^.[:space:]][^[:space:]]*\) \(v[^[:space:]]*\)[[:space:]]*$#replace \2 => \3 \4#p' "$gomod" \
       | grep -v '^replace github.com/abbot/go-http-auth '
@@ -534,9 +560,12 @@ GO
 
   log "traefik $TRAEFIK_VERSION: resolving modules"
   (cd "$w" && go get "$m/cmd/traefik@$TRAEFIK_VERSION") >&2
-  log "traefik $TRAEFIK_VERSION: building (cold: ~15 min on 2 cores)"
+  log "traefik $TRAEFIK_VERSION: building $(cd "$w" && go list -deps "$m/cmd/traefik" | wc -l) packages"
   rm -rf "$w/out"; mkdir -p "$w/out"
-  local ld="-s -w -X $m/pkg/version.Version=$TRAEFIK_VERSION -X $m/pkg/version.BuildDate=$tm"
+  local ld="-s -w -X $m/pkg/version.Version=$TRAEFIK_VERSION -X $m/pkg/version.BuildDate=$tm" codename
+  # `traefik version` tells the lab build from upstream's: "Codename: <upstream's>+hardway-lab"
+  codename=$(sed -n 's/^[[:space:]]*Codename = "\([^"]*\)".*/\1/p' "$dir/pkg/version/version.go")
+  if [ -d "$w/traefik" ] && [ -n "$codename" ]; then ld+=" -X $m/pkg/version.Codename=$codename+hardway-lab"; fi
   (cd "$w" && go build -trimpath -ldflags "$ld" -o "$w/out/traefik" "$m/cmd/traefik") >&2
   says "^Version:[[:space:]]*$TRAEFIK_VERSION\$" "$w/out/traefik" version || die "traefik version does not say $TRAEFIK_VERSION"
   cp "$dir/LICENSE.md" "$dir/CHANGELOG.md" "$w/out/"
