@@ -129,7 +129,9 @@ func fetchScript(d Download, o PutOptions) (string, error) {
 	var s strings.Builder
 	fmt.Fprintf(&s, "# fetch %s on the host\nset -e\numask 077\n", d.Name)
 	s.WriteString(markersScript(o.Markers))
-	fmt.Fprintf(&s, `if command -v curl >/dev/null 2>&1; then get() { curl -fsSL --retry 3 --connect-timeout 10 -o "$2" -- "$1"; }
+	// A transfer slower than 1 byte/s for 60 s is cut and retried, as the
+	// operator's own downloads are after a stall.
+	fmt.Fprintf(&s, `if command -v curl >/dev/null 2>&1; then get() { curl -fsSL --retry 3 --connect-timeout 10 --speed-limit 1 --speed-time 60 -o "$2" -- "$1"; }
 elif command -v wget >/dev/null 2>&1; then get() { wget -q -T 30 -t 3 -O "$2" -- "$1"; }
 else echo "neither curl nor wget on this host" >&2; exit %d; fi
 # check FILE SIZE SHA256 NAME: the pinned bytes, or the file is deleted and nothing is installed
@@ -153,7 +155,10 @@ check() {
 		if work == "" {
 			work = fetchWork
 		}
-		fmt.Fprintf(&s, "mkdir -p -m 0700 %[1]s\nw=$(mktemp -d %[1]s/.fetch-XXXXXX)\n", Quote(work))
+		// A work directory an earlier run lost (its connection killed
+		// before the trap ran) goes after an hour; a running one is younger.
+		fmt.Fprintf(&s, "mkdir -p -m 0700 %[1]s\nfind %[1]s -maxdepth 1 -name '.fetch-*' -mmin +60 -exec rm -rf -- {} + 2>/dev/null || true\n"+
+			"w=$(mktemp -d %[1]s/.fetch-XXXXXX)\n", Quote(work))
 		fmt.Fprintf(&s, "get %s \"$w/dl\"\ncheck \"$w/dl\" %d %s %s\n", Quote(d.URL), d.Size, d.SHA256, Quote(d.Name))
 	}
 	for i, in := range d.Installs {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hardway/hardway/pkg/remote"
 )
@@ -123,6 +124,12 @@ func TestFetchOnHost(t *testing.T) {
 	})
 
 	t.Run("an archive: checked, then each member unpacked and checked, byte-identical", func(t *testing.T) {
+		// A work directory a killed run left an hour ago goes; a young one stays.
+		lost, young := filepath.Join(work, ".fetch-lost"), filepath.Join(work, ".fetch-young")
+		os.MkdirAll(lost, 0o700)
+		os.MkdirAll(young, 0o700)
+		old := time.Now().Add(-2 * time.Hour)
+		os.Chtimes(lost, old, old)
 		d := remote.Download{Name: "cni.tgz", URL: srv.URL + "/release/a.tgz", SHA256: sum(archive), Size: int64(len(archive)), Archive: true,
 			Installs: []remote.Install{{File: file(filepath.Join(cni, "bridge"), bridge), Member: "bridge"},
 				{File: file(filepath.Join(bin, "ctr"), ctr), Member: "bin/ctr"}}, WorkDir: work}
@@ -136,6 +143,12 @@ func TestFetchOnHost(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(cni, "README.md")); err == nil {
 			t.Error("an unwanted member was unpacked")
+		}
+		if _, err := os.Stat(lost); err == nil {
+			t.Error("a lost work directory stays")
+		}
+		if err := os.Remove(young); err != nil {
+			t.Errorf("a young work directory: %v", err)
 		}
 		if l := leftovers(t, bin, cni, work); len(l) > 0 {
 			t.Errorf("left behind: %v", l)
