@@ -155,6 +155,7 @@ func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir,
 	defer c.Close()
 	start := time.Now()
 	sent0, recv0 := remote.Traffic()
+	fetched0 := remote.HostFetched()
 	r := &plan.Runner{Out: out, DryRun: o.dryRun, Only: o.only, Skip: o.skip}
 	steps := c.Steps()
 	if len(o.renew) > 0 {
@@ -204,6 +205,10 @@ func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir,
 		sent, recv = sent-sent0, recv-recv0
 		// What crossed this machine's link to the hosts.
 		fmt.Fprintf(out, "  %-14s %s sent, %s received\n", "ssh", humanBytes(sent), humanBytes(recv))
+	}
+	if n := remote.HostFetched() - fetched0; n > 0 {
+		// releases.fetchOn: hosts: what the hosts downloaded themselves.
+		fmt.Fprintf(out, "  %-14s %s from the release URLs, checked on the hosts against hardway.lock\n", "hosts fetched", humanBytes(n))
 	}
 	switch {
 	case res.Changes() == 0:

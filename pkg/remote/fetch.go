@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Download is a file a host downloads itself instead of receiving it over
@@ -56,6 +57,13 @@ func (e *DigestError) Error() string {
 // ErrNoFetchTool is a host that has neither curl nor wget.
 var ErrNoFetchTool = errors.New("neither curl nor wget on the host")
 
+// hostFetched counts the bytes hosts downloaded themselves (FetchOnHost),
+// in this process: what did not cross the operator's link.
+var hostFetched atomic.Int64
+
+// HostFetched returns the bytes hosts downloaded themselves so far.
+func HostFetched() int64 { return hostFetched.Load() }
+
 // Exit codes of the fetch script that mean something to FetchOnHost.
 const (
 	exitDigest = 65 // the bytes are not the pinned ones
@@ -83,6 +91,9 @@ func FetchOnHost(ctx context.Context, h Host, d Download, o PutOptions) error {
 		return fmt.Errorf("%s: %w", h.Name(), err)
 	}
 	_, err = h.Run(ctx, script, nil)
+	if err == nil {
+		hostFetched.Add(d.Size)
+	}
 	var ee *ExitError
 	if errors.As(err, &ee) {
 		switch ee.Code {

@@ -102,8 +102,12 @@ func TestFetchOnHost(t *testing.T) {
 	t.Run("a plain file: downloaded next to its target, checked, installed", func(t *testing.T) {
 		d := remote.Download{Name: "kubectl", URL: srv.URL + "/release/kubectl", SHA256: sum(kubectl), Size: int64(len(kubectl)),
 			Installs: []remote.Install{{File: file(target, kubectl)}}, WorkDir: work}
+		n0 := remote.HostFetched()
 		if err := remote.FetchOnHost(ctx, h, d, remote.PutOptions{Markers: []string{marker}, Cache: cache}); err != nil {
 			t.Fatal(err)
+		}
+		if n := remote.HostFetched() - n0; n != int64(len(kubectl)) {
+			t.Errorf("counted %d bytes fetched, want %d", n, len(kubectl))
 		}
 		got, err := os.ReadFile(target)
 		if err != nil || !bytes.Equal(got, kubectl) {

@@ -127,8 +127,8 @@ func (e *workersEnv) hostFetchScenarios(t *testing.T) {
 		if float64(sent) > 1.2*float64(set) {
 			t.Errorf("up sent %d bytes, more than 1.2x the %d bytes the hosts fetched", sent, set)
 		}
-		if !strings.Contains(out, "fetch on the host") {
-			t.Errorf("up planned no host fetch:\n%s", out)
+		if !strings.Contains(out, "fetch on the host") || !strings.Contains(out, "hosts fetched ") {
+			t.Errorf("up planned no host fetch, or does not say what the hosts fetched:\n%s", out)
 		}
 		// Every host asked the lab's mirror server for its own files.
 		logAll, _ := os.ReadFile(e.res.MirrorLog)
