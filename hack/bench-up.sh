@@ -26,7 +26,10 @@
 #
 # Uses its own lab (prefix hwb, 10.240.6.0/24 unless PREFIX/NET say otherwise)
 # and always takes it down. KEEP=1 keeps the work directory (logs, outputs).
-# WORKERS="" skips part 2; WORKERS="2" measures 3+2 only.
+# WORKERS="" skips part 2; WORKERS="2" measures 3+2 only. Part 5 (FETCH_WORKERS,
+# default "2"): cold up with releases.fetchOn: hosts on 3 controllers and on
+# 3 + 2, with the bytes over the operator's link (goal: at most 1.2x the
+# artifact set, whatever the number of hosts).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 HW=${HW:-$top/bin/hardway}
@@ -325,6 +328,37 @@ for w in $WORKERS; do
   lab_down
 done
 
+# --- 5. fetchOn: hosts (issue 16 §4) ---------------------------------------
+# The hosts download their own files from the lab's mirror server (lab up
+# --fetch-on hosts: the lab serves the mirror over HTTP on its bridge address),
+# each checked against hardway.lock on the host before it is installed. Cold up
+# until verify passes on 3 controllers (against the baseline) and on 3 +
+# FETCH_WORKERS, with the bytes up sent over SSH against the artifact set.
+# FETCH_WORKERS="" skips part 5.
+FETCH_WORKERS=${FETCH_WORKERS-2}
+declare -A fcold fsent fset fsteps
+if [ -n "$FETCH_WORKERS" ]; then
+  for w in 0 $FETCH_WORKERS; do
+    d=$work/f$w
+    log "fetchOn hosts, 3 controllers + $w worker(s): lab up --fetch-on hosts"
+    lab_is_ours=1
+    "$HW" lab up --dir "$d" --prefix "$PREFIX" --net "$NET" --workers "$w" --fetch-on hosts >"$d.lab-up.log" 2>&1 || { cat "$d.lab-up.log" >&2; exit 1; }
+    finv=$d/inventory.yaml
+    # Warm the cache as part 1 does (the same bytes, now from the mirror server).
+    "$HW" fetch -i "$finv" --cache-dir "$cache" -o json 2>/dev/null >"$d.fetch.json"
+    fset[$w]=$(jq '[.artifacts[] | select(.install or .image != null) | .size] | add' "$d.fetch.json")
+    log "fetchOn hosts, 3+$w: cold up (+ verify until it passes)"
+    t0=$(now)
+    "$HW" up -i "$finv" --cache-dir "$cache" >"$d.up.out" 2>&1 || { tail -30 "$d.up.out" >&2; exit 1; }
+    state=$d/.hardway verify_until_pass "$finv" "f$w"
+    fcold[$w]=$(secs "$t0" "$(now)")
+    fsent[$w]=$(up_sent "$d.up.out")
+    fsteps[$w]=$(awk '$1 ~ /^(push|etcd|control-plane|workers)$/ && NF >= 3 { printf "%s%s %s", sep, $1, $NF; sep = ", " }' "$d.up.out")
+    grep -q "fetch on the host" "$d.up.out" || { echo "bench-up: fetchOn hosts: up fetched nothing on the hosts" >&2; exit 1; }
+    lab_down
+  done
+fi
+
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 cold_base=$(ratio "$cold" "$base")
 cold_floor=$(ratio "$cold" "$floor")
@@ -349,5 +383,11 @@ if [[ " $WORKERS " == *" 9 "* && " $WORKERS " == *" 1 "* ]]; then
   row "cold up 3+9 vs 3+1" "${wcold[9]}" "≤1.5×" "$(ratio "${wcold[9]}" "${wcold[1]}")" "3+1: ${wcold[1]} s"
   row "no-op up 3+9 (s)" "${wnoop[9]}" "≤1.5 s" "$(ratio "${wnoop[9]}" 1.5)" ""
 fi
+for w in ${FETCH_WORKERS:+0 $FETCH_WORKERS}; do
+  name="3 hosts"
+  [ "$w" = 0 ] || name="3+$w"
+  row "fetchOn hosts, $name: cold up until verify (s)" "${fcold[$w]}" "$([ "$w" = 0 ] && echo '≤0.5×')" "$([ "$w" = 0 ] && ratio "${fcold[$w]}" "$base")" "$([ "$w" = 0 ] && echo "the tutorial's way: $base s; ")up's steps: ${fsteps[$w]}"
+  row "fetchOn hosts, $name: bytes sent by up (MB)" "$(awk -v b="${fsent[$w]:-0}" 'BEGIN { printf "%.2f", b / 1e6 }')" "≤1.2×" "$(awk -v a="${fsent[$w]:-0}" -v b="${fset[$w]}" 'BEGIN { printf "%.4f", a / b }')" "over the operator's link; the artifact set: $(mb "${fset[$w]}") MB"
+done
 echo "peak RSS (MiB), 3 hosts: up $up_rss, verify $verify_rss"
 echo "(the baseline gets hardway's certificates and rendered files for free; KEEP=1 keeps the script it ran: WORK/baseline.sh)"
