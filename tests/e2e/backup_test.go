@@ -38,6 +38,14 @@ func (e *env) backupScenarios(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "backups")
 	var file string
+	// The passphrase from the environment, as a script gives it: to a
+	// hardway process of its own (t.Setenv would change this whole test
+	// process's environment, which a test running in parallel must not).
+	bin := filepath.Join(t.TempDir(), "hardway")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/hardway/hardway/cmd/hardway").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	withPass := []string{"HARDWAY_BACKUP_PASSPHRASE=" + pass}
 
 	t.Run("backup: namespace, ConfigMap and Secret, one encrypted file", func(t *testing.T) {
 		e.t = t
@@ -76,8 +84,7 @@ func (e *env) backupScenarios(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &first); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		t.Setenv("HARDWAY_BACKUP_PASSPHRASE", pass)
-		code, out2, errs2 := e.hardway("backup", "--dir", dir, "--keep", "1")
+		code, out2, errs2 := e.hardwayProcess(bin, withPass, "backup", "--dir", dir, "--keep", "1")
 		if code != 0 {
 			t.Fatalf("second backup: exit %d\n%s\n%s", code, out2, errs2)
 		}
@@ -180,7 +187,6 @@ func (e *env) backupScenarios(t *testing.T) {
 
 	t.Run("restore onto new hosts: objects back, Secret encrypted, verify passes, the old kubeconfig works", func(t *testing.T) {
 		e.t = t
-		t.Setenv("HARDWAY_BACKUP_PASSPHRASE", pass) // as a script would give it
 		inv, err := os.ReadFile(e.inv)
 		if err != nil {
 			t.Fatal(err)
@@ -211,7 +217,7 @@ func (e *env) backupScenarios(t *testing.T) {
 			// ssh refuses the new key too: proof the hosts are new.
 			t.Fatalf("ssh to the new controller-1 with the old key: %v %s", err, out)
 		}
-		code, _, errs := e.hardway("restore", "--from", file, "--accept-new-host-keys")
+		code, _, errs := e.hardwayProcess(bin, withPass, "restore", "--from", file, "--accept-new-host-keys")
 		if code == 0 || !strings.Contains(errs, "host key mismatch") {
 			t.Fatalf("restore with the old host keys: exit %d\n%s", code, errs)
 		}
@@ -221,12 +227,12 @@ func (e *env) backupScenarios(t *testing.T) {
 				t.Fatalf("ssh-keygen -R: %v %s", err, out)
 			}
 		}
-		code, _, errs = e.hardway("restore", "--from", file)
+		code, _, errs = e.hardwayProcess(bin, withPass, "restore", "--from", file)
 		if code == 0 || !strings.Contains(errs, "--accept-new-host-keys") {
 			t.Fatalf("restore onto unknown hosts without --accept-new-host-keys: exit %d\n%s", code, errs)
 		}
 		start = time.Now()
-		code, out, errs := e.hardway("restore", "--from", file, "--accept-new-host-keys")
+		code, out, errs := e.hardwayProcess(bin, withPass, "restore", "--from", file, "--accept-new-host-keys")
 		if code != 0 {
 			t.Fatalf("restore: exit %d\n%s\n%s", code, out, errs)
 		}
@@ -270,4 +276,29 @@ func (e *env) backupScenarios(t *testing.T) {
 			t.Errorf("write after the restore: %v %s", err, out)
 		}
 	})
+}
+
+// hardwayProcess runs the hardway binary bin as its own process with env
+// added to this process's environment, the arguments e.hardway gives it,
+// and returns exit code, stdout and stderr.
+func (e *env) hardwayProcess(bin string, env []string, args ...string) (int, string, string) {
+	e.t.Helper()
+	args = append(args, "-i", e.inv)
+	if args[0] == "up" || args[0] == "verify" || args[0] == "restore" {
+		args = append(args, "--cache-dir", e.cacheDir)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatalf("hardway %s: %v", strings.Join(args, " "), err)
+	}
+	e.t.Logf("hardway %s (own process): exit %d in %s", strings.Join(args, " "), code, time.Since(start).Round(time.Millisecond))
+	return code, out.String(), errb.String()
 }

@@ -116,6 +116,7 @@ func (e *env) activeSince() map[string]string {
 }
 
 func TestControlPlane(t *testing.T) {
+	sideBySide(t)
 	e := setup(t, "hwe", "10.240.7")
 
 	t.Run("fresh up then verify passes", func(t *testing.T) {

@@ -126,6 +126,7 @@ func (e *workersEnv) nodeReady(name string) bool {
 }
 
 func TestWorkers(t *testing.T) {
+	sideBySide(t)
 	e := setupWorkers(t)
 
 	t.Run("cold up with workers, then verify passes", func(t *testing.T) {
