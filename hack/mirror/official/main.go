@@ -4,7 +4,7 @@
 // mirror's layout (the same as the site's). Building from source is the
 // fallback, for a machine that cannot reach the site.
 //
-//	official -mirror /var/tmp/hardway/mirror [-arch amd64] [-probe 5s] kubernetes=v1.36.3 traefik=v3.7.13 ...
+//	official -mirror /var/tmp/hardway/mirror [-arch amd64] [-probe 5s] [-site NAME=URL] kubernetes=v1.36.3 traefik=v3.7.13 ...
 //
 // For each component it prints one line on stdout, "official NAME" or
 // "source NAME", and on stderr which path was taken and why. The first
@@ -31,21 +31,30 @@ func main() {
 	mirror := flag.String("mirror", "", "the mirror directory (build.sh's $MIRROR)")
 	arch := flag.String("arch", runtime.GOARCH, "architecture of the release files")
 	probe := flag.Duration("probe", 5*time.Second, "reachability check: the longest the first request to a site may take")
+	sites := map[string]string{}
+	flag.Func("site", "NAME=URL: take NAME from URL instead of its official site (a copy with the same layout)", func(v string) error {
+		name, u, ok := strings.Cut(v, "=")
+		if !ok || name == "" || u == "" {
+			return fmt.Errorf("%q is not NAME=URL", v)
+		}
+		sites[name] = u
+		return nil
+	})
 	flag.Parse()
 	if *mirror == "" || flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: official -mirror DIR [-arch ARCH] [-probe 5s] NAME=VERSION...")
+		fmt.Fprintln(os.Stderr, "usage: official -mirror DIR [-arch ARCH] [-probe 5s] [-site NAME=URL] NAME=VERSION...")
 		os.Exit(2)
 	}
 	f := Fetcher{Probe: *probe, Log: func(format string, a ...any) { fmt.Fprintf(os.Stderr, "[official] "+format+"\n", a...) }}
-	if err := run(context.Background(), os.Stdout, f, *mirror, *arch, flag.Args(), nil); err != nil {
+	if err := run(context.Background(), os.Stdout, f, *mirror, *arch, flag.Args(), sites); err != nil {
 		fmt.Fprintln(os.Stderr, "official:", err)
 		os.Exit(1)
 	}
 }
 
 // run takes each NAME=VERSION's official release, or says "source" for it.
-// bases, when set, replaces the official sites by component name (the tests'
-// loopback servers).
+// bases, when set, replaces the official sites by component name (-site: a
+// copy laid out the same way; the tests' loopback servers).
 func run(ctx context.Context, out io.Writer, f Fetcher, mirror, arch string, args []string, bases map[string]string) error {
 	if f.Log == nil {
 		f.Log = func(string, ...any) {}
