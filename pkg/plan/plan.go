@@ -4,6 +4,7 @@
 package plan
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -122,6 +123,37 @@ type Runner struct {
 	Only   []string // run only these steps (empty: all)
 	Skip   []string // never run these steps
 	Now    func() time.Time
+	// Ahead starts every selected step's Plan at once instead of each after
+	// the one before: a step's Plan sees the world and the earlier steps'
+	// plans, and while no earlier step plans an action, neither has changed,
+	// so a plan made ahead is the plan it would make in its turn. The runner
+	// uses them in order until a step plans an action; then it cancels the
+	// rest, waits for them, and plans every later step in its turn as
+	// without Ahead. A converged cluster's run then waits for its slowest
+	// step's reads instead of for the sum of all of them. What a plan made
+	// ahead prints (see Out) is held back and printed in its turn, or
+	// dropped with the plan.
+	Ahead bool
+}
+
+type outKey struct{}
+
+// Out is where a Plan prints progress lines: def, or the buffer the runner
+// holds them in while the plan runs ahead of its turn (Runner.Ahead).
+func Out(ctx context.Context, def io.Writer) io.Writer {
+	if w, ok := ctx.Value(outKey{}).(io.Writer); ok {
+		return w
+	}
+	return def
+}
+
+// ahead is one step's plan made ahead of its turn.
+type ahead struct {
+	done    chan struct{}
+	out     bytes.Buffer
+	actions []Action
+	err     error
+	took    time.Duration
 }
 
 // Done is one action planned or taken.
@@ -179,19 +211,74 @@ func (r *Runner) Run(ctx context.Context, steps []Step) (*Result, error) {
 	if now == nil {
 		now = time.Now
 	}
+	selected := func(s Step) bool {
+		return (len(r.Only) == 0 || slices.Contains(r.Only, s.Name)) && !slices.Contains(r.Skip, s.Name)
+	}
+	// Plans made ahead (nil when none are): every selected step's but the
+	// first, which is planned in its turn at once anyway.
+	var plans []*ahead
+	aheadCtx, stopAhead := context.WithCancel(ctx)
+	var aheadWG sync.WaitGroup
+	dropAhead := func() {
+		stopAhead()
+		aheadWG.Wait()
+		plans = nil
+	}
+	defer dropAhead()
+	if r.Ahead {
+		plans = make([]*ahead, len(steps))
+		first := true
+		for i, s := range steps {
+			if !selected(s) {
+				continue
+			}
+			if first {
+				first = false
+				continue
+			}
+			a := &ahead{done: make(chan struct{})}
+			plans[i] = a
+			aheadWG.Add(1)
+			go func() {
+				defer aheadWG.Done()
+				defer close(a.done)
+				t := now()
+				a.actions, a.err = s.Plan(context.WithValue(aheadCtx, outKey{}, &a.out), nil)
+				a.took = now().Sub(t)
+			}()
+		}
+	}
 	res := &Result{DryRun: r.DryRun}
 	var earlier Planned
-	for _, s := range steps {
+	for i, s := range steps {
 		sr := StepResult{Name: s.Name}
-		if (len(r.Only) > 0 && !slices.Contains(r.Only, s.Name)) || slices.Contains(r.Skip, s.Name) {
+		if !selected(s) {
 			sr.Skipped = true
 			res.Steps = append(res.Steps, sr)
 			continue
 		}
 		start := now()
-		actions, err := s.Plan(ctx, earlier[:len(earlier):len(earlier)])
+		var actions []Action
+		var err error
+		if a := aheadOf(plans, i); a != nil && len(earlier) == 0 {
+			// Nothing was planned before this step, so nothing changed since
+			// its plan was made: that plan is this step's.
+			<-a.done
+			r.Out.Write(a.out.Bytes())
+			actions, err = a.actions, a.err
+			start = now().Add(-a.took)
+		} else {
+			// The first step, or one after a step that planned actions
+			// (plans made ahead were dropped then).
+			actions, err = s.Plan(ctx, earlier[:len(earlier):len(earlier)])
+		}
 		if err != nil {
 			return res, fmt.Errorf("[%s] %w", s.Name, err)
+		}
+		if len(actions) > 0 {
+			// The world is about to change (or, in a dry run, later plans
+			// must see these actions): later plans are made in their turn.
+			dropAhead()
 		}
 		for _, a := range actions {
 			if a.Kind == "" {
@@ -234,6 +321,13 @@ func (r *Runner) Run(ctx context.Context, steps []Step) (*Result, error) {
 		res.Steps = append(res.Steps, sr)
 	}
 	return res, nil
+}
+
+func aheadOf(plans []*ahead, i int) *ahead {
+	if plans == nil {
+		return nil
+	}
+	return plans[i]
 }
 
 func line(a Action) string {

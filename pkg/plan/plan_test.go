@@ -219,3 +219,75 @@ func TestParallelRuns(t *testing.T) {
 		t.Fatalf("err %v, ran %v", err, ran)
 	}
 }
+
+// With Ahead, a converged run makes every plan at once (each plan here
+// waits until all of them started, which only a concurrent run gets past),
+// and prints what they printed in step order. Once a step plans an action,
+// the plans made ahead of the later steps are cancelled and dropped (what
+// they printed too), and those steps are planned in their turn, seeing the
+// earlier actions.
+func TestAheadPlansAtOnceUntilAStepActs(t *testing.T) {
+	const n = 4
+	run := func(t *testing.T, acting int) (string, [][]int, []int) {
+		var mu sync.Mutex
+		calls := make([]int, n)           // Plan calls per step
+		seen := make([][]int, n)          // len(earlier) per call
+		started := make(chan struct{}, n) // one per call
+		all := make(chan struct{})
+		go func() {
+			for range n {
+				<-started
+			}
+			close(all)
+		}()
+		var out bytes.Buffer
+		var steps []Step
+		for i := range n {
+			steps = append(steps, Step{Name: fmt.Sprintf("s%d", i), Plan: func(ctx context.Context, earlier Planned) ([]Action, error) {
+				mu.Lock()
+				calls[i]++
+				first := calls[i] == 1
+				seen[i] = append(seen[i], len(earlier))
+				mu.Unlock()
+				if first {
+					started <- struct{}{}
+					select {
+					case <-all:
+					case <-ctx.Done(): // dropped while waiting
+						fmt.Fprintf(Out(ctx, &out), "s%d dropped\n", i)
+						return nil, ctx.Err()
+					case <-time.After(5 * time.Second):
+						return nil, errors.New("plans did not run at once")
+					}
+				}
+				fmt.Fprintf(Out(ctx, &out), "s%d planned\n", i)
+				if i == acting {
+					return []Action{{Host: "h", Kind: Write, Desc: "act", Do: func(context.Context) error { return nil }}}, nil
+				}
+				return nil, nil
+			}})
+		}
+		if _, err := (&Runner{Out: &out, Ahead: true}).Run(t.Context(), steps); err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), seen, calls
+	}
+
+	out, seen, calls := run(t, -1)
+	if want := "s0 planned\n[s0] up to date\ns1 planned\n[s1] up to date\ns2 planned\n[s2] up to date\ns3 planned\n[s3] up to date\n"; out != want {
+		t.Errorf("converged output:\n%s", out)
+	}
+	for i := range n {
+		if calls[i] != 1 || seen[i][0] != 0 {
+			t.Errorf("converged: step %d planned %d times, earlier %v", i, calls[i], seen[i])
+		}
+	}
+
+	out, seen, calls = run(t, 1)
+	if strings.Contains(out, "dropped") || strings.Count(out, "s2 planned") != 1 || strings.Count(out, "s3 planned") != 1 {
+		t.Errorf("a plan made ahead and dropped printed, or a step planned twice in the output:\n%s", out)
+	}
+	if calls[2] != 2 || calls[3] != 2 || seen[2][1] != 1 || seen[3][1] != 1 {
+		t.Errorf("after s1 acted: calls %v, earlier %v; want s2 and s3 planned again, seeing s1's action", calls, seen)
+	}
+}
