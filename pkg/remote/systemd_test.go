@@ -159,3 +159,32 @@ func (f *fakeT) runCleanups() {
 		fn()
 	}
 }
+
+// TestParseShowUnits reads one systemctl show of several units: a block
+// per unit, split by an empty line, each named by its Id wherever systemd
+// lists it in the block.
+func TestParseShowUnits(t *testing.T) {
+	cmd := remote.ShowUnitsCommand("etcd.service", "kube-apiserver.service", "nope.service")
+	if want := "systemctl show -p Id -p ActiveState -p UnitFileState -p NeedDaemonReload -p ActiveEnterTimestamp -- etcd.service kube-apiserver.service nope.service"; cmd != want {
+		t.Errorf("command = %q", cmd)
+	}
+	out := "Id=etcd.service\nActiveState=active\nUnitFileState=enabled\nNeedDaemonReload=no\nActiveEnterTimestamp=Sun 2026-11-29 21:05:01 UTC\n" +
+		"\n" +
+		"ActiveState=failed\nNeedDaemonReload=yes\nId=kube-apiserver.service\nUnitFileState=disabled\nActiveEnterTimestamp=\n" +
+		"\n" +
+		"Id=nope.service\nActiveState=inactive\nNeedDaemonReload=no\nActiveEnterTimestamp=\n"
+	got := remote.ParseShowUnits(out)
+	want := map[string]remote.UnitState{
+		"etcd.service":           {Active: true, State: "active", Enabled: true, ActiveEnter: "Sun 2026-11-29 21:05:01 UTC"},
+		"kube-apiserver.service": {State: "failed", NeedReload: true},
+		"nope.service":           {State: "inactive"},
+	}
+	if len(got) != len(want) {
+		t.Errorf("got %d units, want %d: %+v", len(got), len(want), got)
+	}
+	for u, w := range want {
+		if got[u] != w {
+			t.Errorf("%s = %+v, want %+v", u, got[u], w)
+		}
+	}
+}
