@@ -64,8 +64,12 @@ longer exist). Exit code 1 when any check fails.`,
 			}
 			c := cluster.New(inv, cluster.Options{State: st, Release: ro, Trace: lg.Command, Rehash: rehash})
 			defer c.Close()
-			// Most checks wait on a host or a tunnel, not on this CPU.
-			rep := verify.Run(cmd.Context(), c.Checks(), 16, timeout)
+			// Every check at once: they wait on a host or a tunnel, not on
+			// this CPU, and each host's commands share its one connection.
+			// A fixed bound (16) queued a large cluster's worker checks
+			// behind the others.
+			checks := c.Checks()
+			rep := verify.Run(cmd.Context(), checks, len(checks), timeout)
 			rep.WriteTable(lg)
 			if output == "json" {
 				err = rep.WriteJSON(a.Stdout)
