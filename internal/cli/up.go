@@ -156,7 +156,10 @@ func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir,
 	start := time.Now()
 	sent0, recv0 := remote.Traffic()
 	fetched0 := remote.HostFetched()
-	r := &plan.Runner{Out: out, DryRun: o.dryRun, Only: o.only, Skip: o.skip}
+	// Ahead: every step's plan starts at once (they only read); on a
+	// converged cluster up then waits for its slowest step's reads, not for
+	// the sum of all of them.
+	r := &plan.Runner{Out: out, DryRun: o.dryRun, Only: o.only, Skip: o.skip, Ahead: true}
 	steps := c.Steps()
 	if len(o.renew) > 0 {
 		steps = c.RenewSteps()

@@ -95,9 +95,7 @@ func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Resu
 	// time the command took on the host is not part of the round trip).
 	var script strings.Builder
 	script.WriteString("date +%s%N\n")
-	for _, comp := range units.Names(units.ControlPlane) {
-		fmt.Fprintf(&script, "echo '@%s'; %s\n", comp, remote.ShowCommand(comp+".service"))
-	}
+	script.WriteString(unitsScript(units.Names(units.ControlPlane)))
 	script.WriteString("echo '@end'; date +%s%N\n")
 	t0 := time.Now()
 	b, err := sh.Run(ctx, script.String(), nil)

@@ -21,6 +21,7 @@ import (
 	"github.com/hardway/hardway/pkg/etcd"
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/kube"
+	"github.com/hardway/hardway/pkg/plan"
 	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/state"
@@ -62,9 +63,10 @@ type Cluster struct {
 	Inv *inventory.Inventory
 	opt Options
 
-	mu    sync.Mutex // guards hosts and down
-	hosts map[string]remote.Host
-	down  map[string]dialFailure // see Host
+	mu      sync.Mutex // guards hosts, dialing and down
+	hosts   map[string]remote.Host
+	dialing map[string]*dialing
+	down    map[string]dialFailure // see Host
 
 	renderMu  sync.Mutex // guards manifests and set
 	set       *release.Set
@@ -152,6 +154,12 @@ func (c *Cluster) manifest(host string) *units.Manifest {
 
 func (c *Cluster) logf(format string, args ...any) { fmt.Fprintf(c.opt.Out, format+"\n", args...) }
 
+// planf is logf for a Plan: a plan the runner makes ahead of its turn
+// prints into the runner's buffer (plan.Out), shown in its turn.
+func (c *Cluster) planf(ctx context.Context, format string, args ...any) {
+	fmt.Fprintf(plan.Out(ctx, c.opt.Out), format+"\n", args...)
+}
+
 // remoteConfig turns the inventory's SSH settings for h into remote's.
 func (c *Cluster) remoteConfig(h inventory.Host) remote.Config {
 	s := c.Inv.SSHFor(h)
@@ -196,55 +204,83 @@ const redialAfter = 10 * time.Second
 // slowDial is how long a failed dial must have taken to be remembered.
 const slowDial = 2 * time.Second
 
-// Host returns the connection to the named host, dialling it once.
+// Host returns the connection to the named host, dialling it once: callers
+// that ask while it is being dialled (the checks of verify, plans made
+// ahead) wait for that one handshake instead of each making its own.
 func (c *Cluster) Host(ctx context.Context, name string) (remote.Host, error) {
-	c.mu.Lock()
-	h, ok := c.hosts[name]
-	f, failed := c.down[name]
-	c.mu.Unlock()
-	if ok {
-		return h, nil
-	}
-	if failed && time.Since(f.at) < redialAfter {
-		return nil, f.err
-	}
 	var ih *inventory.Host
 	for _, x := range c.Inv.Hosts() {
 		if x.Name == name {
 			ih = &x
 		}
 	}
-	if ih == nil {
-		return nil, fmt.Errorf("no host %q in the inventory", name)
-	}
-	start := time.Now()
-	h, err := c.opt.Connect(ctx, c.remoteConfig(*ih))
-	if err != nil {
-		// Only a slow failure is remembered (a host that does not answer):
-		// a refused connection costs nothing to try again, and may be an
-		// sshd that is just starting. A dial the caller gave up on says
-		// nothing about the host.
-		if ctx.Err() == nil && time.Since(start) >= slowDial {
-			c.mu.Lock()
+	for {
+		c.mu.Lock()
+		if h, ok := c.hosts[name]; ok {
+			c.mu.Unlock()
+			return h, nil
+		}
+		if f, failed := c.down[name]; failed && time.Since(f.at) < redialAfter {
+			c.mu.Unlock()
+			return nil, f.err
+		}
+		if d, ok := c.dialing[name]; ok {
+			c.mu.Unlock()
+			select {
+			case <-d.done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if d.err == nil {
+				return d.h, nil
+			}
+			if d.cut && ctx.Err() == nil {
+				continue // its caller gave up, which says nothing about the host: dial again
+			}
+			return nil, d.err
+		}
+		if ih == nil {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("no host %q in the inventory", name)
+		}
+		d := &dialing{done: make(chan struct{})}
+		if c.dialing == nil {
+			c.dialing = map[string]*dialing{}
+		}
+		c.dialing[name] = d
+		c.mu.Unlock()
+		start := time.Now()
+		h, err := c.opt.Connect(ctx, c.remoteConfig(*ih))
+		c.mu.Lock()
+		delete(c.dialing, name)
+		switch {
+		case err == nil:
+			delete(c.down, name)
+			c.hosts[name] = h
+		case ctx.Err() == nil && time.Since(start) >= slowDial:
+			// Only a slow failure is remembered (a host that does not
+			// answer): a refused connection costs nothing to try again, and
+			// may be an sshd that is just starting. A dial the caller gave
+			// up on says nothing about the host.
 			if c.down == nil {
 				c.down = map[string]dialFailure{}
 			}
 			c.down[name] = dialFailure{err, time.Now()}
-			c.mu.Unlock()
 		}
-		return nil, err
+		c.mu.Unlock()
+		d.h, d.err, d.cut = h, err, err != nil && ctx.Err() != nil
+		close(d.done)
+		return h, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.down, name)
-	if old, ok := c.hosts[name]; ok {
-		if cl, ok := h.(remote.Closer); ok {
-			cl.Close()
-		}
-		return old, nil
-	}
-	c.hosts[name] = h
-	return h, nil
+}
+
+// dialing is a connection being made; done is closed when it is there or
+// failed (cut: because its caller's context ended).
+type dialing struct {
+	done chan struct{}
+	h    remote.Host
+	err  error
+	cut  bool
 }
 
 // dialVia returns a dialer that reaches addr through the SSH connection of

@@ -55,6 +55,53 @@ var (
 	reHashFile    = regexp.MustCompile(`(?m)^s=\$\(sum < (\S+)\)`)
 )
 
+var (
+	reShowUnits = regexp.MustCompile(`(?m)systemctl show -p Id -p ActiveState -p UnitFileState -p NeedDaemonReload -p ActiveEnterTimestamp -- (.*)$`)
+	reCaptured  = regexp.MustCompile(`(?m)^echo '@@(\w+)'; \{ e=\$\( \{ o=\$\((.*)\); r=\$\?; echo .*$`)
+)
+
+// fakeShowUnits answers the @units section of a script as systemctl would
+// (one block per unit, Id first), from state; "" when the script has none.
+func fakeShowUnits(script string, state func(comp string) remote.UnitState) string {
+	g := reShowUnits.FindStringSubmatch(script)
+	if g == nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("@units\n")
+	for i, u := range strings.Fields(g[1]) {
+		st := state(strings.TrimSuffix(u, ".service"))
+		if st.State == "" {
+			st.State = map[bool]string{true: "active", false: "inactive"}[st.Active]
+		}
+		en := map[bool]string{true: "enabled", false: "disabled"}[st.Enabled]
+		rl := map[bool]string{true: "yes", false: "no"}[st.NeedReload]
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "Id=%s\nActiveState=%s\nUnitFileState=%s\nNeedDaemonReload=%s\nActiveEnterTimestamp=%s\n", u, st.State, en, rl, st.ActiveEnter)
+	}
+	return b.String()
+}
+
+// fakeCaptured answers a script's captured sections as the shell would,
+// each command answered by answer.
+func fakeCaptured(script string, answer func(cmd string) (string, error)) string {
+	var b strings.Builder
+	for _, g := range reCaptured.FindAllStringSubmatch(script, -1) {
+		out, err := answer(g[2])
+		code, stderr := 0, ""
+		var ee *remote.ExitError
+		if errors.As(err, &ee) {
+			code, stderr = ee.Code, ee.Stderr
+		} else if err != nil {
+			code, stderr = 1, err.Error()
+		}
+		fmt.Fprintf(&b, "@@%s\n%d\n%s\n@@%s-stderr\n%s\n", g[1], code, strings.TrimRight(out, "\n"), g[1], stderr)
+	}
+	return b.String()
+}
+
 // answer is the host's answer to the read-only commands plans run; any
 // other command succeeds silently (and is recorded by the fake).
 func (m *hostModel) answer(cmd string) (string, error) {
@@ -62,19 +109,8 @@ func (m *hostModel) answer(cmd string) (string, error) {
 	defer m.mu.Unlock()
 	var b strings.Builder
 	switch {
-	case strings.HasPrefix(cmd, "echo '@"):
-		for _, comp := range units.Names(units.ControlPlane) {
-			st := m.units[comp]
-			en := "disabled"
-			if st.Enabled {
-				en = "enabled"
-			}
-			rl := "no"
-			if st.NeedReload {
-				rl = "yes"
-			}
-			fmt.Fprintf(&b, "@%s\nActiveState=%s\nUnitFileState=%s\nNeedDaemonReload=%s\nActiveEnterTimestamp=%s\n", comp, st.State, en, rl, st.ActiveEnter)
-		}
+	case strings.HasPrefix(cmd, "echo '@units'"):
+		b.WriteString(fakeShowUnits(cmd, func(comp string) remote.UnitState { return m.units[comp] }))
 		b.WriteString("@restart\n")
 		var ms []string
 		for k := range m.markers {

@@ -67,7 +67,7 @@ type HostDialer func(ctx context.Context, host string) (remote.Host, error)
 func CompareIdentity(ctx context.Context, ms []*units.Manifest, st state.Dir, dial HostDialer) (mm []IdentityMismatch, unreachable []string, err error) {
 	perHost := make([][]IdentityMismatch, len(ms))
 	down := make([]string, len(ms))
-	err = remote.ForEach(ctx, ms, 8, func(ctx context.Context, m *units.Manifest) error {
+	err = remote.ForEach(ctx, ms, hostsAtOnce, func(ctx context.Context, m *units.Manifest) error {
 		i := slices.Index(ms, m)
 		var files []units.File
 		var paths []string
@@ -194,7 +194,7 @@ func (c *Cluster) planIdentity(ctx context.Context, _ plan.Planned) ([]plan.Acti
 		return nil, err
 	}
 	if note != "" {
-		c.logf("[%s] %s", StepIdentity, note)
+		c.planf(ctx, "[%s] %s", StepIdentity, note)
 	}
 	var ms []*units.Manifest
 	for _, h := range c.Inv.Hosts() {
@@ -207,7 +207,7 @@ func (c *Cluster) planIdentity(ctx context.Context, _ plan.Planned) ([]plan.Acti
 		return nil, err
 	}
 	for _, u := range unreachable {
-		c.logf("[%s] not compared, unreachable: %s", StepIdentity, u)
+		c.planf(ctx, "[%s] not compared, unreachable: %s", StepIdentity, u)
 	}
 	if len(mm) == 0 {
 		return nil, nil
@@ -240,11 +240,25 @@ func (c *Cluster) planIdentity(ctx context.Context, _ plan.Planned) ([]plan.Acti
 func (c *Cluster) guarded(steps []plan.Step) []plan.Step { return guardSteps(steps, c.planIdentity) }
 
 func guardSteps(steps []plan.Step, identity func(context.Context, plan.Planned) ([]plan.Action, error)) []plan.Step {
-	var once sync.Once
+	// The identity is compared once per run, by whichever step asks first
+	// (plans may run at once, see plan.Runner.Ahead), and the others wait
+	// for that answer. A comparison cut short by its caller's context (a
+	// plan made ahead and dropped) is no answer: the next caller compares.
+	var mu sync.Mutex
+	var known bool
 	var actions []plan.Action
 	var err error
 	check := func(ctx context.Context, earlier plan.Planned) ([]plan.Action, error) {
-		once.Do(func() { actions, err = identity(ctx, earlier) })
+		mu.Lock()
+		defer mu.Unlock()
+		if known {
+			return actions, err
+		}
+		as, e := identity(ctx, earlier)
+		if e != nil && ctx.Err() != nil {
+			return as, e
+		}
+		actions, err, known = as, e, true
 		return actions, err
 	}
 	out := make([]plan.Step, 0, len(steps))

@@ -90,7 +90,7 @@ func (c *Cluster) planPreflight(ctx context.Context, _ plan.Planned) ([]plan.Act
 	facts := make([]HostFacts, len(hosts))
 	var mu sync.Mutex
 	var dialErrs []error
-	err := remote.ForEach(ctx, hosts, 8, func(ctx context.Context, h inventory.Host) error {
+	err := remote.ForEach(ctx, hosts, hostsAtOnce, func(ctx context.Context, h inventory.Host) error {
 		i := indexOf(hosts, h.Name)
 		sh, err := c.Host(ctx, h.Name)
 		if err != nil {
@@ -117,7 +117,7 @@ func (c *Cluster) planPreflight(ctx context.Context, _ plan.Planned) ([]plan.Act
 	var problems []string
 	for _, f := range facts {
 		for _, w := range f.Warnings {
-			c.logf("[preflight] %s: warning: %s", f.Host, w)
+			c.planf(ctx, "[preflight] %s: warning: %s", f.Host, w)
 		}
 		for _, p := range f.Problems {
 			problems = append(problems, f.Host+": "+p)
@@ -127,7 +127,7 @@ func (c *Cluster) planPreflight(ctx context.Context, _ plan.Planned) ([]plan.Act
 			if f.FsyncSkipped {
 				fsync = "fsync not probed: etcd runs"
 			}
-			c.logf("[preflight] %s: ok (%s, clock skew %s, %d GiB free, %s)", f.Host, f.Arch,
+			c.planf(ctx, "[preflight] %s: ok (%s, clock skew %s, %d GiB free, %s)", f.Host, f.Arch,
 				f.Skew.Round(time.Millisecond), f.FreeKiB>>20, fsync)
 		}
 	}

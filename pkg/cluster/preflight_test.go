@@ -98,10 +98,11 @@ func TestHostFacts(t *testing.T) {
 
 func TestSnapshotParsesUnitsMarkersAndData(t *testing.T) {
 	f := remotetest.New(t, "c1")
-	f.ExpectMatch(`^echo '@etcd'`).Returns("@etcd\nActiveState=active\nUnitFileState=enabled\nNeedDaemonReload=no\nActiveEnterTimestamp=Sun 2026-11-29 22:33:56 UTC\n" +
-		"@kube-apiserver\nActiveState=failed\nUnitFileState=disabled\nNeedDaemonReload=yes\nActiveEnterTimestamp=\n" +
-		"@kube-controller-manager\nActiveState=inactive\nUnitFileState=enabled\nNeedDaemonReload=no\n" +
-		"@kube-scheduler\nActiveState=active\nUnitFileState=enabled\nNeedDaemonReload=no\n" +
+	f.ExpectMatch(`^echo '@units'; systemctl show -p Id .* -- etcd.service kube-apiserver.service kube-controller-manager.service kube-scheduler.service\n`).Returns("@units\n" +
+		"Id=etcd.service\nActiveState=active\nUnitFileState=enabled\nNeedDaemonReload=no\nActiveEnterTimestamp=Sun 2026-11-29 22:33:56 UTC\n\n" +
+		"Id=kube-apiserver.service\nActiveState=failed\nUnitFileState=disabled\nNeedDaemonReload=yes\nActiveEnterTimestamp=\n\n" +
+		"ActiveState=inactive\nUnitFileState=enabled\nNeedDaemonReload=no\nId=kube-controller-manager.service\n\n" +
+		"Id=kube-scheduler.service\nActiveState=active\nUnitFileState=enabled\nNeedDaemonReload=no\n" +
 		"@restart\nkube-apiserver\n@data\nyes\n")
 	cl := New(testInventory(t), Options{Connect: func(context.Context, remote.Config) (remote.Host, error) { return f, nil }})
 	// What a dry-run push planned reaches the snapshot as plan data.
@@ -112,7 +113,9 @@ func TestSnapshotParsesUnitsMarkersAndData(t *testing.T) {
 	}
 	sn := sns["c1"]
 	e, a := sn.Units["etcd"], sn.Units["kube-apiserver"]
-	if !e.Active || !e.Enabled || e.NeedReload || a.Active || a.Enabled || !a.NeedReload || !sn.EtcdData {
+	cm, s := sn.Units["kube-controller-manager"], sn.Units["kube-scheduler"]
+	if !e.Active || !e.Enabled || e.NeedReload || a.Active || a.Enabled || !a.NeedReload || !sn.EtcdData ||
+		cm.Active || !cm.Enabled || cm.State != "inactive" || !s.Active || len(sn.Units) != 4 {
 		t.Fatalf("%+v", sn)
 	}
 	if !sn.Pending["kube-apiserver"] || !sn.Pending["kube-scheduler"] || sn.Pending["etcd"] {

@@ -111,7 +111,7 @@ func (c *Cluster) checkRestoreData(ctx context.Context, o RestoreOptions) error 
 		return nil
 	}
 	if o.ReplaceData {
-		c.logf("[%s] etcd holds data on %s: it will be moved aside (--replace-etcd-data)", StepRestoreCheck, strings.Join(full, ", "))
+		c.planf(ctx, "[%s] etcd holds data on %s: it will be moved aside (--replace-etcd-data)", StepRestoreCheck, strings.Join(full, ", "))
 		return nil
 	}
 	return usererr.New(fmt.Errorf("etcd holds data on %s: restoring would replace the cluster's current data; nothing was changed", strings.Join(full, ", ")),

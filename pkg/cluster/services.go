@@ -22,27 +22,42 @@ type snapshot struct {
 	EtcdData bool                        // the etcd data dir holds a member
 }
 
-// snapshotScript prints one section per component, the restart markers and
+// unitsScript prints the state of comps' units in one section (@units), read
+// with one systemctl process.
+func unitsScript(comps []string) string {
+	us := make([]string, len(comps))
+	for i, c := range comps {
+		us[i] = c + ".service"
+	}
+	return "echo '@units'; " + remote.ShowUnitsCommand(us...) + "\n"
+}
+
+// snapshotScript prints the control plane's units, the restart markers and
 // whether etcd has data; it only reads.
 func snapshotScript() string {
 	var script strings.Builder
-	for _, comp := range units.Names(units.ControlPlane) {
-		fmt.Fprintf(&script, "echo '@%s'; %s\n", comp, remote.ShowCommand(comp+".service"))
-	}
+	script.WriteString(unitsScript(units.Names(units.ControlPlane)))
 	fmt.Fprintf(&script, "echo '@restart'; ls -1 %s 2>/dev/null || true\n", restartDir)
 	fmt.Fprintf(&script, "echo '@data'; if [ -d %s/member ]; then echo yes; else echo no; fi\n", units.EtcdDataDir)
 	return script.String()
 }
 
+// parseSnapshot reads the sections of snapshotScript (or of the workers'
+// and verify's scripts, which print some of them): @units (systemctl show
+// of several units), @restart, @data, and @<component> (one unit's
+// properties, as older scripts and the unit tests' fake hosts print them).
 func parseSnapshot(out string) *snapshot {
 	sn := &snapshot{Units: map[string]remote.UnitState{}, Pending: map[string]bool{}}
 	section := ""
+	var show strings.Builder
 	for _, l := range strings.Split(out, "\n") {
 		if name, ok := strings.CutPrefix(l, "@"); ok {
 			section = name
 			continue
 		}
 		switch section {
+		case "units":
+			show.WriteString(l + "\n")
 		case "restart":
 			if l != "" {
 				sn.Pending[l] = true
@@ -55,6 +70,9 @@ func parseSnapshot(out string) *snapshot {
 			sn.Units[section] = st
 		}
 	}
+	for unit, st := range remote.ParseShowUnits(show.String()) {
+		sn.Units[strings.TrimSuffix(unit, ".service")] = st
+	}
 	return sn
 }
 
@@ -65,7 +83,7 @@ func (c *Cluster) snapshots(ctx context.Context, earlier plan.Planned) (map[stri
 	var mu sync.Mutex
 	out := map[string]*snapshot{}
 	script := snapshotScript()
-	err := remote.ForEach(ctx, c.Inv.ControlPlane, 8, func(ctx context.Context, h inventory.Host) error {
+	err := remote.ForEach(ctx, c.Inv.ControlPlane, hostsAtOnce, func(ctx context.Context, h inventory.Host) error {
 		sh, err := c.Host(ctx, h.Name)
 		if err != nil {
 			return err

@@ -139,7 +139,7 @@ func (c *Cluster) PullState(ctx context.Context, o PullOptions) (*PullResult, er
 
 	got := make([][]remote.Content, len(hosts))
 	down := make([]error, len(hosts))
-	err := remote.ForEach(ctx, hosts, 8, func(ctx context.Context, hf hostFiles) error {
+	err := remote.ForEach(ctx, hosts, hostsAtOnce, func(ctx context.Context, hf hostFiles) error {
 		i := slices.IndexFunc(hosts, func(x hostFiles) bool { return x.host == hf.host })
 		h, err := c.Host(ctx, hf.host)
 		if err != nil {

@@ -166,6 +166,23 @@ func (c *Cluster) planFetch(ctx context.Context, _ plan.Planned) ([]plan.Action,
 	}}}, nil
 }
 
+// planSet makes sure a plan that needs the release set has it: the fetch
+// step's plan finds it in the cache, and a plan made ahead of that one
+// (plan.Runner.Ahead) makes the same lookup (offline; the lock is not
+// written). Were anything to fetch, the fetch step would plan actions and
+// the plans made ahead would be dropped. Not found: the set stays nil and
+// whatever needs it says so.
+func (c *Cluster) planSet(ctx context.Context) {
+	if c.releaseSet() != nil {
+		return
+	}
+	o := c.releaseOptions(true)
+	o.NoLockWrite, o.Progress = true, nil
+	if set, err := release.Resolve(ctx, o); err == nil {
+		c.setReleaseSet(set)
+	}
+}
+
 // --- render ------------------------------------------------------------
 
 func (c *Cluster) planRender(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
@@ -261,10 +278,11 @@ func (c *Cluster) planPush(ctx context.Context, _ plan.Planned) ([]plan.Action, 
 	if err := c.ensureRendered(ctx); err != nil {
 		return nil, err
 	}
+	c.planSet(ctx)
 	// Hosts are compared in parallel; the plan lists them in inventory order.
 	hosts := c.pushHosts()
 	perHost := make([][]plan.Action, len(hosts))
-	err := remote.ForEach(ctx, hosts, 8, func(ctx context.Context, h inventory.Host) error {
+	err := remote.ForEach(ctx, hosts, hostsAtOnce, func(ctx context.Context, h inventory.Host) error {
 		as, err := c.planPushHost(ctx, h)
 		perHost[indexOf(hosts, h.Name)] = as
 		return err

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,11 +49,50 @@ func (c *Cluster) checkWorker(ctx context.Context, w inventory.Host) []verify.Re
 	}
 	out := []verify.Result{res("host/ssh", verify.OKf(w.Name, "connected, host key verified"))}
 
+	// What the host says (its units, the runtime over CRI, the CNI config)
+	// is one command; the Node (the API) and the load balancer (tunnels
+	// through the worker) are asked at the same time, not after it.
 	comps := c.hostComponents(w.Name)
-	sn, err := c.unitSnapshot(ctx, sh, comps, nil)
-	if err != nil {
-		return append(out, res(CheckWorkerUnits, verify.Failf(w.Name, timeoutHint(err), "%v", err)))
+	var (
+		wg           sync.WaitGroup
+		node         *corev1.Node
+		nodeErr      error
+		lbRes        []verify.Result
+		hostOut      []byte
+		hostErr      error
+		lb           = c.Inv.NodeLocalLB()
+		lbCtx, lbEnd = context.WithCancel(ctx)
+	)
+	defer lbEnd()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		hostOut, hostErr = sh.Run(ctx, unitsScript(comps)+captured("cri", crictlCmd+" info")+captured("cni", "cat "+cniConfList), nil)
+		if hostErr != nil || !parseSnapshot(beforeCaptured(string(hostOut))).Units[APIServerLB].Active {
+			lbEnd() // its result is not used: the unit's state says it all
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		cs, err := c.kubeClient()
+		if err != nil {
+			nodeErr = err
+			return
+		}
+		node, nodeErr = kube.GetNode(ctx, cs, w.Name)
+	}()
+	if lb {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lbRes = c.checkAPIServerLB(lbCtx, w, true)
+		}()
 	}
+	wg.Wait()
+	if hostErr != nil {
+		return append(out, res(CheckWorkerUnits, verify.Failf(w.Name, timeoutHint(hostErr), "%v", hostErr)))
+	}
+	sn := parseSnapshot(beforeCaptured(string(hostOut)))
 	for _, comp := range comps {
 		st := sn.Units[comp]
 		switch {
@@ -65,12 +105,16 @@ func (c *Cluster) checkWorker(ctx context.Context, w inventory.Host) []verify.Re
 		}
 	}
 
-	if c.Inv.NodeLocalLB() {
-		out = append(out, c.checkAPIServerLB(ctx, w, sn.Units[APIServerLB].Active)...)
+	if lb {
+		if sn.Units[APIServerLB].Active {
+			out = append(out, lbRes...)
+		} else {
+			out = append(out, c.checkAPIServerLB(ctx, w, false)...)
+		}
 	}
 
 	// The runtime, asked the way the kubelet asks it.
-	if info, err := sh.Run(ctx, crictlCmd+" info", nil); err != nil {
+	if info, err := capturedResult(string(hostOut), "cri", w.Name, crictlCmd+" info"); err != nil {
 		out = append(out, res("worker/cri", verify.Failf(w.Name, fmt.Sprintf("see 'journalctl -u containerd' on %s", w.Name), "containerd does not answer over CRI: %v", err)))
 	} else if d, err := kube.DiagnoseCRI(info, w.Name); err != nil {
 		out = append(out, res("worker/cri", verify.Failf(w.Name, "", "%v", err)))
@@ -80,13 +124,8 @@ func (c *Cluster) checkWorker(ctx context.Context, w inventory.Host) []verify.Re
 		out = append(out, res("worker/cri", verify.OKf(w.Name, "containerd answers over CRI: runtime and network ready")))
 	}
 
-	cs, err := c.kubeClient()
-	if err != nil {
-		return append(out, res("worker/node", verify.Failf(w.Name, "see the apiserver checks", "%v", err)))
-	}
-	node, err := kube.GetNode(ctx, cs, w.Name)
-	if err != nil {
-		return append(out, res("worker/node", verify.Failf(w.Name, "see the apiserver checks", "%v", err)))
+	if nodeErr != nil {
+		return append(out, res("worker/node", verify.Failf(w.Name, "see the apiserver checks", "%v", nodeErr)))
 	}
 	if ok, _ := kube.NodeReady(orEmpty(node)); ok && node != nil {
 		out = append(out, res("worker/node", verify.OKf(w.Name, "Node Ready (kubelet %s)", node.Status.NodeInfo.KubeletVersion)))
@@ -112,7 +151,7 @@ func (c *Cluster) checkWorker(ctx context.Context, w inventory.Host) []verify.Re
 		bad = append(bad, fmt.Sprintf("Node spec.podCIDR is %s", got))
 	}
 	{
-		conf, err := sh.Run(ctx, "cat "+cniConfList, nil)
+		conf, err := capturedResult(string(hostOut), "cni", w.Name, "cat "+cniConfList)
 		switch subs, perr := cniSubnets(conf); {
 		case err != nil:
 			bad = append(bad, fmt.Sprintf("no CNI config %s", cniConfList))
@@ -237,7 +276,7 @@ func (c *Cluster) checkRoutes(ctx context.Context) []verify.Result {
 	}
 	hosts := c.Inv.Hosts()
 	out := make([]verify.Result, len(hosts))
-	_ = remote.ForEach(ctx, hosts, 8, func(ctx context.Context, h inventory.Host) error {
+	_ = remote.ForEach(ctx, hosts, hostsAtOnce, func(ctx context.Context, h inventory.Host) error {
 		i := indexOf(hosts, h.Name)
 		r := func(x verify.Result) { x.Check, x.Host = "routes", h.Name; out[i] = x }
 		sh, err := c.Host(ctx, h.Name)

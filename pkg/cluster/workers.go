@@ -46,9 +46,7 @@ func (c *Cluster) WorkersStep() plan.Step {
 // in one command; the restarts earlier steps planned count as pending.
 func (c *Cluster) unitSnapshot(ctx context.Context, sh remote.Host, comps []string, earlier plan.Planned) (*snapshot, error) {
 	var script strings.Builder
-	for _, comp := range comps {
-		fmt.Fprintf(&script, "echo '@%s'; %s\n", comp, remote.ShowCommand(comp+".service"))
-	}
+	script.WriteString(unitsScript(comps))
 	fmt.Fprintf(&script, "echo '@restart'; ls -1 %s 2>/dev/null || true\n", restartDir)
 	out, err := sh.Run(ctx, script.String(), nil)
 	if err != nil {
@@ -120,6 +118,7 @@ func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan
 	if err := c.ensureRendered(ctx); err != nil {
 		return nil, err
 	}
+	c.planSet(ctx) // the images' IDs
 	_, st, _, err := podnet.ForState(c.opt.State, c.Inv)
 	if err != nil {
 		return nil, err
@@ -127,7 +126,7 @@ func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan
 	subnets := st.Subnets
 	hosts := c.Inv.Hosts()
 	snaps := make([]*snapshot, len(hosts))
-	err = remote.ForEach(ctx, hosts, 8, func(ctx context.Context, h inventory.Host) error {
+	err = remote.ForEach(ctx, hosts, hostsAtOnce, func(ctx context.Context, h inventory.Host) error {
 		// The pod-routes unit everywhere: a host that must no longer have
 		// it (no worker left, or cni none) has it stopped and removed.
 		comps := c.hostComponents(h.Name)
@@ -173,7 +172,7 @@ func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan
 		restarted bool
 	}
 	plans := make([]workerPlan, len(c.Inv.Workers))
-	err = remote.ForEach(ctx, c.Inv.Workers, 8, func(ctx context.Context, w inventory.Host) error {
+	err = remote.ForEach(ctx, c.Inv.Workers, hostsAtOnce, func(ctx context.Context, w inventory.Host) error {
 		i := indexOf(c.Inv.Workers, w.Name)
 		as, restarted, err := c.planWorker(ctx, w, snaps[indexOf(hosts, w.Name)], subnets[w.Name].String(), nodes)
 		if err != nil {

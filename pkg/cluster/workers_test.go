@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -157,28 +156,25 @@ type workerModel struct {
 	oldLoopback string
 }
 
-var reSnapComp = regexp.MustCompile(`echo '@([^']+)'`)
-
 func (m *workerModel) answer(cmd string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var b strings.Builder
 	switch {
-	case strings.HasPrefix(cmd, "echo '@"):
-		for _, g := range reSnapComp.FindAllStringSubmatch(cmd, -1) {
-			if g[1] == "restart" {
-				continue
-			}
-			st := m.units[g[1]]
-			state := "inactive"
-			if st.Active {
-				state = "active"
-			}
-			en := "disabled"
-			if st.Enabled {
-				en = "enabled"
-			}
-			fmt.Fprintf(&b, "@%s\nActiveState=%s\nUnitFileState=%s\nNeedDaemonReload=no\nActiveEnterTimestamp=\n", g[1], state, en)
+	case strings.HasPrefix(cmd, "echo '@units'"):
+		b.WriteString(fakeShowUnits(cmd, func(comp string) remote.UnitState {
+			st := m.units[comp]
+			st.ActiveEnter = ""
+			return st
+		}))
+		if strings.Contains(cmd, "echo '@@") {
+			m.mu.Unlock()
+			b.WriteString(fakeCaptured(cmd, m.answer))
+			m.mu.Lock()
+			return b.String(), nil
+		}
+		if !strings.Contains(cmd, "echo '@restart'") {
+			return b.String(), nil
 		}
 		b.WriteString("@restart\n")
 		for k := range m.markers {
