@@ -225,3 +225,27 @@ func TestHostFetchPreflightTools(t *testing.T) {
 		t.Error("fetchOn: operator asks for fetch tools")
 	}
 }
+
+// A host without curl and wget: the fetch fails naming it, with the way out.
+func TestHostFetchNoTool(t *testing.T) {
+	fc := hostFetchCluster(t, inventory.FetchOnHosts)
+	ctx := context.Background()
+	c3 := remotetest.New(t, "c3")
+	c3.ExpectMatch(`^# fetch kube-scheduler on the host`).Fails(69, "neither curl nor wget on this host\n")
+	c3.ExpectMatch(`(?s).*`).AnyTimes().RespondWith(func(cmd string, _ []byte) (string, error) { return fc.model["c3"].answer(cmd) })
+	fc.hosts["c3"] = c3
+	as, err := fc.planPush(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		if a.Host == "c3" && strings.Contains(a.Desc, "fetch on the host kube-scheduler") {
+			err = a.Do(ctx)
+			if !errors.Is(err, remote.ErrNoFetchTool) || !strings.Contains(usererr.HintOf(err), "install curl on the host, or set releases.fetchOn: operator") {
+				t.Fatalf("%v (hint %q)", err, usererr.HintOf(err))
+			}
+			return
+		}
+	}
+	t.Fatalf("no fetch of kube-scheduler on c3:\n%s", strings.Join(descs(as), "\n"))
+}

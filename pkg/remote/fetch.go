@@ -139,7 +139,6 @@ func fetchScript(d Download, o PutOptions) (string, error) {
 	}
 	var s strings.Builder
 	fmt.Fprintf(&s, "# fetch %s on the host\nset -e\numask 077\n", d.Name)
-	s.WriteString(markersScript(o.Markers))
 	// A transfer slower than 1 byte/s for 60 s is cut and retried, as the
 	// operator's own downloads are after a stall.
 	fmt.Fprintf(&s, `if command -v curl >/dev/null 2>&1; then get() { curl -fsSL --retry 3 --connect-timeout 10 --speed-limit 1 --speed-time 60 -o "$2" -- "$1"; }
@@ -151,6 +150,8 @@ check() {
   if [ "$n" != "$2" ] || [ "$s" != "$3" ]; then rm -f -- "$1"; echo "hardway-digest-mismatch	$4	$n	$s" >&2; exit %d; fi
 }
 `, exitNoTool, exitDigest)
+	// The markers once the host can fetch at all, before any byte moves.
+	s.WriteString(markersScript(o.Markers))
 	// Temporary files: w (the work directory) and t0..tN (next to each
 	// target); all removed on any exit before they are renamed.
 	temps := []string{`${w:+"$w"}`}
