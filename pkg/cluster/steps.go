@@ -56,7 +56,7 @@ func (c *Cluster) upSteps() []plan.Step {
 		{Name: StepPKI, Doc: "CA, certificates, service-account key, encryption config, kubeconfigs (reused when valid)", Plan: c.planPKI},
 		{Name: StepFetch, Doc: "release binaries, verified against published checksums and hardway.lock", Plan: c.planFetch},
 		{Name: StepRender, Doc: "systemd units and configs for the inventory's versions", Plan: c.planRender},
-		{Name: StepPush, Doc: "every file, atomically; files already equal are not sent", Plan: c.planPush},
+		{Name: StepPush, Doc: "every file, atomically; files already equal are not sent (releases.fetchOn: hosts: each host downloads the release files itself, checked against hardway.lock before install)", Plan: c.planPush},
 		{Name: StepEtcd, Doc: "start members (all together on a new cluster) or restart them one at a time, keeping quorum; check health and the member list", Plan: c.planEtcd},
 		{Name: StepControlPlane, Doc: "kube-apiserver, kube-controller-manager, kube-scheduler: stopped ones start on every host at once (each host apiserver first); running ones whose files changed restart host by host, waiting for /readyz or /healthz before the next", Plan: c.planControlPlane},
 		{Name: StepRBAC, Doc: "the RBAC that lets the apiserver reach kubelets (server-side apply)", Plan: c.planRBAC},
