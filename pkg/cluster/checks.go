@@ -17,6 +17,7 @@ import (
 	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/units"
+	"github.com/hardway/hardway/pkg/usererr"
 	"github.com/hardway/hardway/pkg/verify"
 )
 
@@ -80,6 +81,29 @@ func (c *Cluster) checkPKI(ctx context.Context) []verify.Result {
 	}
 	if len(out) == 0 {
 		out = append(out, verify.OKf("", "%d certificates, keys, kubeconfigs and the encryption config are valid", n))
+	}
+	return append(out, c.checkEtcdTrust()...)
+}
+
+// checkEtcdTrust warns about a cluster whose etcd trusts the cluster CA
+// (made before the etcd CA) and about a CA rotation left half done.
+func (c *Cluster) checkEtcdTrust() []verify.Result {
+	rs, err := pki.CARotationsUnderWay(c.opt.State)
+	if err != nil {
+		return []verify.Result{verify.Failf("", usererr.HintOf(err), "%v", err)}
+	}
+	var out []verify.Result
+	for _, r := range rs {
+		out = append(out, verify.Warnf("", "'hardway rotate ca --which "+r.Which+"' finishes it",
+			"a CA rotation is under way (%s; %d of %d phases done)", r.Describe(), r.Done, pki.PhaseDropOld))
+	}
+	if len(rs) > 0 {
+		return out
+	}
+	if legacy, err := pki.EtcdLegacy(c.opt.State); err == nil && legacy {
+		out = append(out, verify.Warnf("", "'hardway rotate ca --which etcd' gives etcd a CA of its own, host by host, without downtime",
+			"etcd trusts the cluster CA, which also signs the workers' kubelet and kube-proxy certificates (and CSRs the controller-manager approves): "+
+				"any of them can read and write every object in etcd, past RBAC, admission and audit"))
 	}
 	return out
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/hardway/hardway/pkg/etcd"
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/kube"
+	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/plan"
 	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/remote"
@@ -148,8 +149,33 @@ func (c *Cluster) setReleaseSet(s *release.Set) {
 // manifest is host's rendered manifest (after ensureRendered).
 func (c *Cluster) manifest(host string) *units.Manifest {
 	c.renderMu.Lock()
-	defer c.renderMu.Unlock()
-	return c.manifests[host]
+	m := c.manifests[host]
+	c.renderMu.Unlock()
+	return c.present(m)
+}
+
+// present is m without the optional files the state directory does not
+// have (the etcd CA of a cluster made before it existed): nothing to push
+// or compare. Read at each call: a rotation writes them during a run.
+func (c *Cluster) present(m *units.Manifest) *units.Manifest {
+	if m == nil {
+		return nil
+	}
+	var files []units.File
+	for _, f := range m.Files {
+		if f.Source != nil && f.Source.Optional {
+			if _, err := os.Stat(f.Source.LocalPath(c.opt.State)); err != nil {
+				continue
+			}
+		}
+		files = append(files, f)
+	}
+	if len(files) == len(m.Files) {
+		return m
+	}
+	out := *m
+	out.Files = files
+	return &out
 }
 
 func (c *Cluster) logf(format string, args ...any) { fmt.Fprintf(c.opt.Out, format+"\n", args...) }
@@ -333,9 +359,18 @@ func (c *Cluster) etcd() (etcdAPI, error) { return c.newEtcd() }
 
 // dialEtcd connects to etcd with the apiserver's etcd client certificate, through SSH.
 func (c *Cluster) dialEtcd() (etcdAPI, error) {
-	pool, err := c.caPool("ca")
+	// What etcd's members present is what the trust bundle holds: the etcd
+	// CA, both CAs during a rotation, the cluster CA in a cluster made
+	// before the etcd CA (whose state directory may not have the bundle
+	// until the next pki run).
+	pool, err := c.caPool(pki.EtcdTrustBundle)
 	if err != nil {
-		return nil, err
+		if legacy, lerr := pki.EtcdLegacy(c.opt.State); lerr != nil || !legacy {
+			return nil, err
+		}
+		if pool, err = c.caPool(pki.CA); err != nil {
+			return nil, err
+		}
 	}
 	cert, err := tls.LoadX509KeyPair(c.opt.State.Cert("apiserver-etcd-client"), c.opt.State.Key("apiserver-etcd-client"))
 	if err != nil {

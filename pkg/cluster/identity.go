@@ -35,7 +35,7 @@ func IsIdentity(s *units.Source) bool {
 	}
 	switch s.Kind {
 	case units.SourceCert, units.SourceKey:
-		return s.Name == pki.CA || s.Name == pki.FrontProxyCA || (s.Kind == units.SourceKey && s.Name == pki.ServiceAccount)
+		return s.Name == pki.CA || s.Name == pki.FrontProxyCA || s.Name == pki.EtcdCA || (s.Kind == units.SourceKey && s.Name == pki.ServiceAccount)
 	case units.SourcePublicKey:
 		return s.Name == pki.ServiceAccount
 	case units.SourceEncryptionConfig:
@@ -195,6 +195,11 @@ func (c *Cluster) planIdentity(ctx context.Context, _ plan.Planned) ([]plan.Acti
 	}
 	if note != "" {
 		c.planf(ctx, "[%s] %s", StepIdentity, note)
+	}
+	// A CA rotation under way is finished by its own command: only it
+	// knows which CA each host trusts at the moment.
+	if err := pki.GuardCARotation(c.opt.State); err != nil {
+		return nil, err
 	}
 	var ms []*units.Manifest
 	for _, h := range c.Inv.Hosts() {

@@ -149,8 +149,9 @@ func TestCompareIdentity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// ca.crt twice (kubernetes and etcd), front-proxy-ca.crt,
-		// service-account.pub, encryption-config.yaml: on each host.
+		// ca.crt, etcd-ca.crt, front-proxy-ca.crt, service-account.pub,
+		// encryption-config.yaml: on each host. etcd's ca.crt is the trust
+		// bundle, which changes during a CA rotation: not identity.
 		if len(mm) != 15 {
 			t.Fatalf("%d mismatches: %+v", len(mm), mm)
 		}
@@ -167,7 +168,7 @@ func TestCompareIdentity(t *testing.T) {
 			}
 		}
 		for _, want := range []string{"nothing was written", "controller-3: /var/lib/kubernetes/encryption-config.yaml: the host has it",
-			"controller-2: /etc/etcd/ca.crt"} {
+			"controller-2: /etc/etcd/etcd-ca.crt"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error lacks %q:\n%v", want, err)
 			}
@@ -181,7 +182,7 @@ func TestCompareIdentity(t *testing.T) {
 		}
 		want := map[string]string{
 			units.CACert:            "another certificate than pki/ca.crt",
-			units.EtcdCACert:        "another certificate than pki/ca.crt",
+			units.EtcdOwnCACert:     "another certificate than pki/etcd-ca.crt",
 			units.FrontProxyCACert:  "another certificate than pki/front-proxy-ca.crt",
 			units.ServiceAccountPub: "another key than pki/service-account.pub",
 			units.EncryptionConfig:  "the key the host encrypts Secrets with (secretbox \"key1\") is not in the local config",
@@ -332,7 +333,7 @@ func TestUpStopsWhenTheStateDirectoryIsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(res.Steps[1].Actions); n != 3 || !strings.Contains(res.Steps[1].Actions[0].Desc, "replace the cluster identity (--replace-identity): /etc/etcd/ca.crt") {
+	if n := len(res.Steps[1].Actions); n != 3 || !strings.Contains(res.Steps[1].Actions[0].Desc, "replace the cluster identity (--replace-identity): /etc/etcd/etcd-ca.crt") {
 		t.Errorf("identity actions: %+v", res.Steps[1].Actions)
 	}
 }

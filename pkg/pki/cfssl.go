@@ -125,7 +125,9 @@ func newIssuer(name string, cert *x509.Certificate, key crypto.Signer, alg strin
 		Default: &config.SigningProfile{Expiry: validity, ExpiryString: validity.String()},
 	}
 	for _, c := range Table() {
-		if c.CA != name {
+		// etcd's rows are signed by the cluster CA in a cluster made
+		// before the etcd CA existed (EntriesIn).
+		if c.CA != name && (name != CA || c.CA != EtcdCA) {
 			continue
 		}
 		policy.Profiles[c.Name] = &config.SigningProfile{

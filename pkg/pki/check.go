@@ -66,7 +66,12 @@ func AnyFailed(rs []CheckResult) bool {
 func Check(inv *inventory.Inventory, dir state.Dir, now time.Time) []CheckResult {
 	var out []CheckResult
 	cas := map[string]*x509.Certificate{}
-	for _, e := range Entries(inv) {
+	entries, err := EntriesIn(inv, dir)
+	if err != nil {
+		out = append(out, CheckResult{Name: EtcdCA, Kind: KindCA, CN: "etcd-ca", State: CheckFailed, Problems: []string{err.Error()}, Path: dir.Cert(EtcdCA)})
+		entries = entriesWith(inv, CA)
+	}
+	for _, e := range entries {
 		r := CheckResult{Name: e.Name, Kind: KindCertificate, CN: e.CN, CA: e.CA, State: CheckOK, Path: dir.Cert(e.Name)}
 		if e.IsCA() {
 			r.Kind = KindCA

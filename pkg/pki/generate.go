@@ -41,6 +41,7 @@ const (
 	KindKeyPair          = "key-pair"
 	KindEncryptionConfig = "encryption-config"
 	KindKubeconfig       = "kubeconfig"
+	KindTrustBundle      = "trust-bundle" // what etcd and its clients trust (etcdca.go)
 )
 
 // Result is the outcome for one entry of the state directory.
@@ -67,6 +68,12 @@ type Options struct {
 	// exists beside it (see identityGuard): both break a running cluster.
 	NewServiceAccountKey bool
 	NewEncryptionKey     bool
+	// LegacyEtcd signs etcd's certificates with the cluster CA and makes
+	// no etcd CA, as hardway did before the etcd CA existed. No command
+	// sets it: the end-to-end tests build with it the single-CA cluster
+	// that 'hardway rotate ca --which etcd' migrates. In a state directory
+	// made that way, later runs keep it so by themselves (EtcdSigner).
+	LegacyEtcd bool
 	// Now is the clock; nil means time.Now. Tests move it to reach a
 	// renewal window.
 	Now func() time.Time
@@ -99,7 +106,19 @@ func Generate(ctx context.Context, inv *inventory.Inventory, dir state.Dir, opts
 		}
 	}
 
-	entries := Entries(inv)
+	// The one writer of a state directory under a CA rotation is the
+	// rotation: it alone knows which CA each host trusts at the moment.
+	if err := GuardCARotation(dir); err != nil {
+		return nil, err
+	}
+	signer, err := EtcdSigner(dir)
+	if err != nil {
+		return nil, err
+	}
+	if opts.LegacyEtcd {
+		signer = CA
+	}
+	entries := entriesWith(inv, signer)
 	var results []Result
 	issuers := map[string]*issuer{}
 	var leaves []Entry
@@ -115,6 +134,11 @@ func Generate(ctx context.Context, inv *inventory.Inventory, dir state.Dir, opts
 		results = append(results, r)
 		issuers[e.Name] = is
 	}
+	tb, err := ensureEtcdTrustBundle(dir, signer)
+	if err != nil {
+		return nil, err
+	}
+	results = append(results, tb)
 
 	// Key generation dominates (RSA-4096 especially) and the leaves are
 	// independent once the CAs exist.
@@ -158,12 +182,12 @@ func replaceSet(names []string) (map[string]bool, error) {
 	for _, n := range names {
 		switch n {
 		case "all":
-			set[CA], set[FrontProxyCA] = true, true
-		case CA, FrontProxyCA:
+			set[CA], set[FrontProxyCA], set[EtcdCA] = true, true, true
+		case CA, FrontProxyCA, EtcdCA:
 			set[n] = true
 		default:
 			return nil, usererr.WithCode(fmt.Errorf("--replace-ca: unknown CA %q", n), usererr.CodeUsage,
-				"name "+CA+", "+FrontProxyCA+" or all")
+				"name "+CA+", "+FrontProxyCA+", "+EtcdCA+" or all (to replace the etcd CA without downtime: hardway rotate ca --which etcd)")
 		}
 	}
 	return set, nil

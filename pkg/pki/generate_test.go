@@ -40,6 +40,7 @@ var wantTable = []struct {
 }{
 	{name: "ca", cn: "kubernetes-ca"},
 	{name: "front-proxy-ca", cn: "front-proxy-ca"},
+	{name: "etcd-ca", cn: "etcd-ca"},
 	{"admin", "ca", "admin", []string{"system:masters"}, client, nil},
 	{"kube-controller-manager", "ca", "system:kube-controller-manager", nil, client, nil},
 	{"kube-scheduler", "ca", "system:kube-scheduler", nil, client, nil},
@@ -51,13 +52,13 @@ var wantTable = []struct {
 		"127.0.0.1", "localhost", "10.32.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 		"kubernetes.default.svc.cluster.local", "api.example.test"}},
 	{"apiserver-kubelet-client", "ca", "kube-apiserver-kubelet-client", nil, client, nil},
-	{"apiserver-etcd-client", "ca", "kube-apiserver-etcd-client", nil, client, nil},
-	{"etcd-server-cp-0", "ca", "cp-0", nil, both, etcdWant("cp-0", "10.0.0.10", "192.0.2.10")},
-	{"etcd-server-cp-1", "ca", "cp-1", nil, both, etcdWant("cp-1", "192.0.2.11")},
-	{"etcd-server-cp-2", "ca", "cp-2", nil, both, etcdWant("cp-2", "192.0.2.12")},
-	{"etcd-peer-cp-0", "ca", "cp-0", nil, both, etcdWant("cp-0", "10.0.0.10", "192.0.2.10")},
-	{"etcd-peer-cp-1", "ca", "cp-1", nil, both, etcdWant("cp-1", "192.0.2.11")},
-	{"etcd-peer-cp-2", "ca", "cp-2", nil, both, etcdWant("cp-2", "192.0.2.12")},
+	{"apiserver-etcd-client", "etcd-ca", "kube-apiserver-etcd-client", nil, client, nil},
+	{"etcd-server-cp-0", "etcd-ca", "cp-0", nil, both, etcdWant("cp-0", "10.0.0.10", "192.0.2.10")},
+	{"etcd-server-cp-1", "etcd-ca", "cp-1", nil, both, etcdWant("cp-1", "192.0.2.11")},
+	{"etcd-server-cp-2", "etcd-ca", "cp-2", nil, both, etcdWant("cp-2", "192.0.2.12")},
+	{"etcd-peer-cp-0", "etcd-ca", "cp-0", nil, both, etcdWant("cp-0", "10.0.0.10", "192.0.2.10")},
+	{"etcd-peer-cp-1", "etcd-ca", "cp-1", nil, both, etcdWant("cp-1", "192.0.2.11")},
+	{"etcd-peer-cp-2", "etcd-ca", "cp-2", nil, both, etcdWant("cp-2", "192.0.2.12")},
 	{"front-proxy-client", "front-proxy-ca", "front-proxy-client", nil, client, nil},
 }
 
@@ -204,7 +205,7 @@ func TestOpenSSLVerify(t *testing.T) {
 					}
 				}
 				// The other CA must not verify it: the front proxy's trust is separate.
-				other := map[string]string{CA: FrontProxyCA, FrontProxyCA: CA}[w.ca]
+				other := map[string]string{CA: FrontProxyCA, FrontProxyCA: CA, EtcdCA: CA}[w.ca]
 				if out, err := exec.Command(openssl, "verify", "-CAfile", dir.Cert(other), dir.Cert(w.name)).CombinedOutput(); err == nil {
 					t.Errorf("%s verifies against %s too:\n%s", w.name, other, out)
 				}

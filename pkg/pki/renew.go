@@ -81,8 +81,22 @@ func Renew(ctx context.Context, inv *inventory.Inventory, dir state.Dir, leaves 
 	if err := GuardIdentity(inv, dir, Options{}); err != nil {
 		return nil, err
 	}
+	// Who signs each leaf follows the state directory (etcd's leaves in a
+	// cluster made before the etcd CA: the cluster CA).
+	entries, err := EntriesIn(inv, dir)
+	if err != nil {
+		return nil, err
+	}
+	leaves = slices.Clone(leaves)
+	for i, l := range leaves {
+		for _, e := range entries {
+			if e.Name == l.Name {
+				leaves[i].CA = e.CA
+			}
+		}
+	}
 	issuers := map[string]*issuer{}
-	for _, e := range Entries(inv) {
+	for _, e := range entries {
 		if !e.IsCA() || !slices.ContainsFunc(leaves, func(l Entry) bool { return l.CA == e.Name }) {
 			continue
 		}

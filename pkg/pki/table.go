@@ -51,10 +51,13 @@ type Cert struct {
 // IsCA reports whether the row is a certificate authority.
 func (c Cert) IsCA() bool { return c.CA == "" }
 
-// Names of the two CAs.
+// Names of the CAs.
 const (
 	CA           = "ca"
 	FrontProxyCA = "front-proxy-ca"
+	// EtcdCA signs only etcd's certificates and the apiservers' etcd client
+	// certificate (see etcdca.go for clusters made before it existed).
+	EtcdCA = "etcd-ca"
 )
 
 // Table is the certificate table, CAs first. It is a function, not a
@@ -65,6 +68,12 @@ func Table() []Cert {
 		// The aggregation layer trusts a separate CA so that a client
 		// certificate from the cluster CA can never pose as the front proxy.
 		{Name: FrontProxyCA, CN: "front-proxy-ca"},
+		// etcd trusts a CA of its own, as kubeadm's etcd does: the cluster CA
+		// also signs the workers' kubelet and kube-proxy certificates (and
+		// the controller-manager signs approved CSRs with it), and any
+		// certificate etcd trusts reads and writes every object, past RBAC,
+		// admission and audit.
+		{Name: EtcdCA, CN: "etcd-ca"},
 
 		{Name: "admin", CA: CA, CN: "admin", Org: []string{"system:masters"}, Usages: clientAuth},
 		{Name: "kube-controller-manager", CA: CA, CN: "system:kube-controller-manager", Usages: clientAuth},
@@ -82,11 +91,11 @@ func Table() []Cert {
 		// names it; a certificate that still carries the group (made by an
 		// earlier hardway) differs in O, so 'up' reissues it.
 		{Name: "apiserver-kubelet-client", CA: CA, CN: "kube-apiserver-kubelet-client", Usages: clientAuth},
-		{Name: "apiserver-etcd-client", CA: CA, CN: "kube-apiserver-etcd-client", Usages: clientAuth},
+		{Name: "apiserver-etcd-client", CA: EtcdCA, CN: "kube-apiserver-etcd-client", Usages: clientAuth},
 		// etcd uses its server certificate as a client too (to itself, for
 		// the gRPC gateway), as kubeadm's etcd certificates do.
-		{Name: "etcd-server", CA: CA, CN: "{host}", Usages: serverClientAuth, PerHost: PerControlPlane, SANs: etcdSANs},
-		{Name: "etcd-peer", CA: CA, CN: "{host}", Usages: serverClientAuth, PerHost: PerControlPlane, SANs: etcdSANs},
+		{Name: "etcd-server", CA: EtcdCA, CN: "{host}", Usages: serverClientAuth, PerHost: PerControlPlane, SANs: etcdSANs},
+		{Name: "etcd-peer", CA: EtcdCA, CN: "{host}", Usages: serverClientAuth, PerHost: PerControlPlane, SANs: etcdSANs},
 
 		{Name: "front-proxy-client", CA: FrontProxyCA, CN: "front-proxy-client", Usages: clientAuth},
 	}

@@ -46,3 +46,9 @@ func (d Dir) EncryptionRotation() string { return filepath.Join(string(d), "encr
 func (d Dir) RetiredEncryptionKeys() string {
 	return filepath.Join(string(d), "encryption-retired-keys.yaml")
 }
+
+// CARotation records the progress of a CA rotation (`hardway rotate ca
+// --which WHICH`) while one is under way; it holds the new CA's key.
+func (d Dir) CARotation(which string) string {
+	return filepath.Join(string(d), "ca-rotation-"+which+".yaml")
+}

@@ -84,6 +84,9 @@ type Copy struct {
 	// NoRestart: the component does not read it (admin.kubeconfig is for
 	// people), so a change restarts nothing.
 	NoRestart bool
+	// Optional: pushed only when the state directory has it (the etcd CA,
+	// which a cluster made before it existed does not have).
+	Optional bool
 	// onlyIf says whether the inventory wants the file at all (nil: yes).
 	onlyIf func(inv *inventory.Inventory) bool
 }
@@ -176,7 +179,9 @@ func Components() []Component {
 			Health: Health{Scheme: "http", Port: EtcdMetricsPort, Path: "/health"},
 			Dirs:   []Dir{{EtcdDir, ModePriv, Owner}, {EtcdDataDir, ModePriv, Owner}},
 			Files: []Copy{
-				cert(EtcdCACert, "ca"),
+				cert(EtcdCACert, "etcd-trust-bundle"),
+				{Path: EtcdOwnCACert, Kind: SourceCert, Name: "etcd-ca", NoRestart: true, Optional: true},
+				{Path: EtcdOwnCAKey, Kind: SourceKey, Name: "etcd-ca", NoRestart: true, Optional: true},
 				cert(EtcdServerCert, "etcd-server-{host}"), key(EtcdServerKey, "etcd-server-{host}"),
 				cert(EtcdPeerCert, "etcd-peer-{host}"), key(EtcdPeerKey, "etcd-peer-{host}"),
 			},
@@ -195,6 +200,7 @@ func Components() []Component {
 				cert(APIServerCert, "kube-apiserver"), key(APIServerKey, "kube-apiserver"),
 				cert(KubeletClientCert, "apiserver-kubelet-client"), key(KubeletClientKey, "apiserver-kubelet-client"),
 				cert(EtcdClientCert, "apiserver-etcd-client"), key(EtcdClientKey, "apiserver-etcd-client"),
+				cert(EtcdTrustCert, "etcd-trust-bundle"),
 				key(ServiceAccountKey, "service-account"),
 				{Path: ServiceAccountPub, Kind: SourcePublicKey, Name: "service-account"},
 				cert(FrontProxyCACert, "front-proxy-ca"),

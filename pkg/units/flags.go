@@ -146,12 +146,15 @@ func etcdFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		{"", "initial-cluster-token", inv.Cluster, "keeps members of another cluster on the same network from joining this one"},
 		{"", "cert-file", EtcdServerCert, "serving certificate for clients (etcd-server-" + h.Name + ")"},
 		{"", "key-file", EtcdServerKey, "key of the serving certificate"},
-		{"", "trusted-ca-file", EtcdCACert, "client certificates must be signed by the cluster CA"},
+		{"", "trusted-ca-file", EtcdCACert, "clients must present a certificate from etcd's own CA (the etcd trust bundle; a cluster made before the etcd CA: the cluster CA, until 'hardway rotate ca --which etcd')"},
 		{"", "client-cert-auth", "true", "reject clients without a certificate from the CA"},
 		{"", "peer-cert-file", EtcdPeerCert, "certificate presented to and accepted from peers (etcd-peer-" + h.Name + ")"},
 		{"", "peer-key-file", EtcdPeerKey, "key of the peer certificate"},
-		{"", "peer-trusted-ca-file", EtcdCACert, "peer certificates must be signed by the cluster CA"},
+		{"", "peer-trusted-ca-file", EtcdCACert, "peer certificates must be signed by etcd's own CA (the etcd trust bundle)"},
 		{"", "peer-client-cert-auth", "true", "reject peers without a certificate from the CA"},
+		// 3.5 takes one CN only; the members' CNs are their names.
+		{">= 3.6.0", "peer-cert-allowed-cn", strings.Join(memberNames(inv), ","),
+			"only the members' peer certificates (CN = member name) may join Raft, even were another certificate from the same CA stolen"},
 		{"", "listen-metrics-urls", "http://" + hostPort("127.0.0.1", EtcdMetricsPort), "/health and /metrics on loopback without client certificates, for probes"},
 		{"< 3.6.0", "snapshot-count", "10000", "3.5 keeps 100000 Raft entries in memory by default; 3.6 lowered it to 10000 (kubeadm's value)"},
 		{"< 3.6.0", "experimental-initial-corrupt-check", "true", "check the data for corruption before serving (3.5 spelling)"},
@@ -159,6 +162,14 @@ func etcdFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		{">= 3.6.0", "feature-gates", "InitialCorruptCheck=true", "check the data for corruption before serving (feature gate since 3.6; --experimental-* is gone in 3.7)"},
 		{">= 3.6.0", "watch-progress-notify-interval", "5s", "watch progress notifications the apiserver's watch cache relies on (3.6+ spelling)"},
 	}
+}
+
+func memberNames(inv *inventory.Inventory) []string {
+	var out []string
+	for _, m := range inv.ControlPlane {
+		out = append(out, m.Name)
+	}
+	return out
 }
 
 func apiserverFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
@@ -183,7 +194,7 @@ func apiserverFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		{"", "service-account-key-file", ServiceAccountPub, "public key that verifies service-account tokens"},
 		{"", "service-account-signing-key-file", ServiceAccountKey, "private key that signs service-account tokens (required since 1.20)"},
 		{"", "etcd-servers", strings.Join(servers, ","), "every etcd member over https, so losing one member's host does not stop this apiserver"},
-		{"", "etcd-cafile", CACert, "etcd serving certificates are signed by the cluster CA"},
+		{"", "etcd-cafile", EtcdTrustCert, "etcd's serving certificates are signed by etcd's own CA (the etcd trust bundle, as etcd's --trusted-ca-file)"},
 		{"", "etcd-certfile", EtcdClientCert, "client certificate etcd requires (--client-cert-auth)"},
 		{"", "etcd-keyfile", EtcdClientKey, "key of the etcd client certificate"},
 		{"", "kubelet-client-certificate", KubeletClientCert, "certificate for logs/exec/port-forward on kubelets (CN kube-apiserver-kubelet-client, bound by RBAC)"},

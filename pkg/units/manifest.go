@@ -26,6 +26,9 @@ const (
 type Source struct {
 	Kind SourceKind
 	Name string // PKI table name, kubeconfig name or binary name; "" for the encryption config
+	// Optional: copied only when the state directory has it (see
+	// Copy.Optional); a missing one is no error and nothing to push.
+	Optional bool
 }
 
 // LocalPath is the file in the state directory, or "" for a binary (whose

@@ -25,6 +25,7 @@ const (
 	KubeletClientKey      = KubeDir + "/apiserver-kubelet-client.key"
 	EtcdClientCert        = KubeDir + "/apiserver-etcd-client.crt"
 	EtcdClientKey         = KubeDir + "/apiserver-etcd-client.key"
+	EtcdTrustCert         = KubeDir + "/etcd-ca.crt" // what the apiserver trusts for etcd: the etcd trust bundle
 	ServiceAccountKey     = KubeDir + "/service-account.key"
 	ServiceAccountPub     = KubeDir + "/service-account.pub"
 	FrontProxyCACert      = KubeDir + "/front-proxy-ca.crt"
@@ -45,7 +46,14 @@ const (
 	// cluster); etcd ignores it once the data dir holds a member.
 	EtcdJoinEnv = EtcdDir + "/join.env"
 
+	// EtcdCACert is what etcd trusts (the etcd trust bundle: the etcd CA,
+	// both CAs during a rotation, the cluster CA in a cluster made before
+	// the etcd CA). EtcdOwnCACert and EtcdOwnCAKey are the etcd CA itself,
+	// read by no component: kept on the control-plane hosts, as kubeadm
+	// does, for 'hardway state pull'.
 	EtcdCACert     = EtcdDir + "/ca.crt"
+	EtcdOwnCACert  = EtcdDir + "/etcd-ca.crt"
+	EtcdOwnCAKey   = EtcdDir + "/etcd-ca.key"
 	EtcdServerCert = EtcdDir + "/etcd-server.crt" // from etcd-server-<host>.crt
 	EtcdServerKey  = EtcdDir + "/etcd-server.key"
 	EtcdPeerCert   = EtcdDir + "/etcd-peer.crt" // from etcd-peer-<host>.crt

@@ -245,7 +245,7 @@ func (r *renderer) copied(c Component, h inventory.Host) []File {
 			mode = ModeSecret
 		}
 		out = append(out, File{Path: f.Path, Mode: mode, Owner: Owner, Components: restart(f.NoRestart),
-			Source: &Source{Kind: f.Kind, Name: name}})
+			Source: &Source{Kind: f.Kind, Name: name, Optional: f.Optional}})
 	}
 	if c.Name == Containerd {
 		// Image tarballs for hosts that cannot pull; a later step imports

@@ -109,7 +109,7 @@ func TestFlagsPerVersion(t *testing.T) {
 					"etcd-servers":                                "https://10.240.0.11:2379,https://10.240.0.12:2379,https://10.240.0.13:2379",
 					"etcd-certfile":                               EtcdClientCert,
 					"etcd-keyfile":                                EtcdClientKey,
-					"etcd-cafile":                                 CACert,
+					"etcd-cafile":                                 EtcdTrustCert,
 					"encryption-provider-config":                  EncryptionConfig,
 					"encryption-provider-config-automatic-reload": "true",
 					"kubelet-client-certificate":                  KubeletClientCert,
