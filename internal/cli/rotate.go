@@ -4,13 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hardway/hardway/pkg/cluster"
+	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/plan"
 	"github.com/hardway/hardway/pkg/runlog"
+	"github.com/hardway/hardway/pkg/usererr"
 )
 
 func (a *App) newRotateCmd() *cobra.Command {
@@ -22,7 +25,7 @@ apiserver ready throughout. Each rotation records its progress in the state
 directory: a run that is interrupted at any point is finished by the next.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(a.newRotateEncryptionKeyCmd())
+	cmd.AddCommand(a.newRotateEncryptionKeyCmd(), a.newRotateCACmd())
 	return cmd
 }
 
@@ -134,5 +137,134 @@ that provider.`,
 	f.StringVarP(&o.output, "output", "o", "text", "text, or json: the result as JSON on stdout (progress goes to stderr)")
 	f.BoolVar(&o.acceptNewHostKeys, "accept-new-host-keys", false, "trust and record the key of a host not yet in known_hosts (a changed key is always refused)")
 	f.DurationVar(&o.reloadTimeout, "reload-timeout", 2*time.Minute, "how long an apiserver may take to reload the config by itself before it is restarted")
+	return cmd
+}
+
+type rotateCAOptions struct {
+	which             string
+	dryRun            bool
+	output            string
+	acceptNewHostKeys bool
+}
+
+func (a *App) newRotateCACmd() *cobra.Command {
+	var o rotateCAOptions
+	var whiches, trusted []string
+	for _, t := range pki.CATargets() {
+		whiches = append(whiches, t.Which)
+		trusted = append(trusted, fmt.Sprintf("  %-6s %s signs %s;\n         trusted by %s", t.Which, t.CA, strings.Join(t.Leaves(), ", "), t.Trusted))
+	}
+	cmd := &cobra.Command{
+		Use:   "ca --which " + strings.Join(whiches, "|"),
+		Short: "Replace a CA with trust bundles, host by host, without downtime",
+		Long: `Replace a CA and every certificate it signed, in the documented order, so
+that every member and client trusts what the others present at every moment:
+
+  1 trust-both  make the new CA; the trust bundle (old + new CA) goes to
+                everything that verifies these certificates
+  2 reissue     reissue the CA's certificates from the new CA and push them
+  3 drop-old    the trust bundle becomes the new CA alone
+
+Each phase pushes only its files, then restarts what reads them with up's
+own gates: an etcd member only while every other member is healthy, waiting
+for its health (the quorum holds); then the apiservers one at a time, each
+waiting for /readyz (the API stays up). A push leaves a restart marker on the
+host, so a run killed between a push and its restart is finished by the next.
+
+The progress is recorded in ca-rotation-<which>.yaml in the state directory
+(0600: it holds the new key until the CA files are written). An interrupted
+rotation is finished by running the command again; until then 'hardway up',
+'hardway pki' and 'hardway certs renew' refuse to run, and verify warns.
+
+The old CA's certificate and key stay in the state directory, under
+pki/retired/<ca>-<serial>.{crt,key}: older backups still make sense.
+
+What can be rotated (--which):
+` + strings.Join(trusted, "\n") + `
+
+A cluster made by a hardway older than the etcd CA has none: its etcd trusts
+the cluster CA, which also signs the workers' kubelet and kube-proxy
+certificates, so any of them can read and write etcd past RBAC ('hardway
+verify' warns). 'rotate ca --which etcd' is its migration: the first etcd CA
+is made, and the cluster CA (which keeps signing everything else) leaves
+etcd's trust bundle in phase 3. Run 'hardway up' with this hardway first: it
+points the apiservers' --etcd-cafile at the bundle.`,
+		Example: `  hardway rotate ca --which etcd -i inventory.yaml --dry-run
+  hardway rotate ca --which etcd -i inventory.yaml
+  hardway rotate ca --which etcd -i inventory.yaml -o json   # the result on stdout, progress on stderr`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutputFlag(o.output); err != nil {
+				return err
+			}
+			if o.which == "" {
+				return usererr.WithCode(fmt.Errorf("rotate ca: --which is required"), usererr.CodeUsage, "name the CA: --which "+strings.Join(whiches, "|"))
+			}
+			if _, err := pki.LookupCATarget(o.which); err != nil {
+				return err
+			}
+			inv, st, lock, err := a.loadLocked(cmd)
+			if err != nil {
+				return err
+			}
+			defer lock.Unlock()
+			ctx := cmd.Context()
+			out := a.Stdout
+			if o.output == "json" {
+				out = a.Stderr
+			}
+			lg, err := runlog.Open(st.LogDir(), "rotate", time.Now())
+			if err != nil {
+				return err
+			}
+			lg.Printf("rotate ca: inventory %s; which=%s dry-run=%v", a.InventoryPath, o.which, o.dryRun)
+			out = io.MultiWriter(out, lg)
+			c := cluster.New(inv, cluster.Options{State: st, Out: out, AcceptNewHostKeys: o.acceptNewHostKeys, Trace: lg.Command})
+			defer c.Close()
+			rot := c.CARotation(cluster.CARotateOptions{Which: o.which, DryRun: o.dryRun})
+			start := time.Now()
+			if err := rot.Preflight(ctx); err != nil {
+				lg.End(err)
+				return runlog.WithPath(err, lg)
+			}
+			var steps []plan.StepResult
+			changes := 0
+			for _, ph := range rot.Phases() {
+				fmt.Fprintf(out, "\n== phase %d of 3: %s\n", ph.N, ph.Name)
+				r := &plan.Runner{Out: out, DryRun: o.dryRun}
+				pr, err := r.Run(ctx, ph.Steps)
+				if pr != nil {
+					steps = append(steps, pr.Steps...)
+					changes += pr.Changes()
+				}
+				if err != nil {
+					lg.End(err)
+					return runlog.WithPath(fmt.Errorf("%w\n(the phases done so far are recorded: rerun 'hardway rotate ca --which %s' to go on)", err, o.which), lg)
+				}
+			}
+			lg.End(nil)
+			res := rot.Result(steps)
+			if o.output == "json" {
+				enc := json.NewEncoder(a.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			if o.dryRun {
+				fmt.Fprintf(out, "\n%d changes planned; run without --dry-run to rotate\n", changes)
+				return nil
+			}
+			fmt.Fprintf(out, "\nCA rotation complete in %s: %s is the new %s (%s); every member and apiserver trusts it alone\n",
+				time.Since(start).Round(time.Second), res.CA, o.which, res.New)
+			if res.Retired != "" {
+				fmt.Fprintf(out, "the old %s (%s) is kept in %s for older backups\n", res.OldCA, res.Old, res.Retired)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.which, "which", "", "the CA to rotate: "+strings.Join(whiches, ", "))
+	f.BoolVar(&o.dryRun, "dry-run", false, "print the plan and change nothing")
+	f.StringVarP(&o.output, "output", "o", "text", "text, or json: the result as JSON on stdout (progress goes to stderr)")
+	f.BoolVar(&o.acceptNewHostKeys, "accept-new-host-keys", false, "trust and record the key of a host not yet in known_hosts (a changed key is always refused)")
 	return cmd
 }

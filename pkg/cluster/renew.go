@@ -122,18 +122,5 @@ func (c *Cluster) renewing(s *units.Source) bool {
 	return false
 }
 
-// renewManifest is m with only the files of the leaves being renewed, and
-// no directories (a cluster that holds the old certificates has them).
-func (c *Cluster) renewManifest(m *units.Manifest) *units.Manifest {
-	r := *m
-	r.Files, r.Dirs = nil, nil
-	for _, f := range m.Files {
-		if c.renewing(f.Source) {
-			r.Files = append(r.Files, f)
-		}
-	}
-	return &r
-}
-
 // renewMode says whether this run is `certs renew`.
 func (c *Cluster) renewMode() bool { return len(c.opt.Renew) > 0 }

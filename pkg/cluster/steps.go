@@ -275,6 +275,39 @@ func (c *Cluster) remoteFiles(m *units.Manifest) ([]remote.File, error) {
 // and control-plane steps restart those, also in a dry run where nothing was
 // written and no restart marker exists yet.
 func (c *Cluster) planPush(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
+	var sel *pushSelect
+	if c.renewMode() {
+		sel = &pushSelect{keep: c.renewing, force: true, why: "renewed"}
+	}
+	return c.planPushSelected(ctx, sel)
+}
+
+// pushSelect narrows a push to some of the state directory's files (certs
+// renew, a CA rotation); nil pushes everything.
+type pushSelect struct {
+	keep func(*units.Source) bool
+	// force plans a write of every kept file even where the host's copy
+	// equals the state directory's: in a dry run the state directory is
+	// not rewritten yet, and the plan still shows the push and the
+	// restarts it brings. why is the reason shown then.
+	force bool
+	why   string
+}
+
+// manifest is m with only the kept files and no directories (a cluster
+// that holds the old files has them).
+func (s *pushSelect) manifest(m *units.Manifest) *units.Manifest {
+	r := *m
+	r.Files, r.Dirs = nil, nil
+	for _, f := range m.Files {
+		if s.keep(f.Source) {
+			r.Files = append(r.Files, f)
+		}
+	}
+	return &r
+}
+
+func (c *Cluster) planPushSelected(ctx context.Context, sel *pushSelect) ([]plan.Action, error) {
 	if err := c.ensureRendered(ctx); err != nil {
 		return nil, err
 	}
@@ -283,7 +316,7 @@ func (c *Cluster) planPush(ctx context.Context, _ plan.Planned) ([]plan.Action, 
 	hosts := c.pushHosts()
 	perHost := make([][]plan.Action, len(hosts))
 	err := remote.ForEach(ctx, hosts, hostsAtOnce, func(ctx context.Context, h inventory.Host) error {
-		as, err := c.planPushHost(ctx, h)
+		as, err := c.planPushHost(ctx, h, sel)
 		perHost[indexOf(hosts, h.Name)] = as
 		return err
 	})
@@ -297,11 +330,11 @@ func (c *Cluster) planPush(ctx context.Context, _ plan.Planned) ([]plan.Action, 
 	return actions, nil
 }
 
-func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Action, error) {
+func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushSelect) ([]plan.Action, error) {
 	var actions []plan.Action
 	m := c.manifest(h.Name)
-	if c.renewMode() {
-		m = c.renewManifest(m)
+	if sel != nil {
+		m = sel.manifest(m)
 		if len(m.Files) == 0 {
 			return nil, nil
 		}
@@ -321,7 +354,7 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Ac
 	}
 	// The old admin kubeconfig is looked for in the same command: Inspect
 	// stats any path it is given with the directories ("missing" or not).
-	lookAdmin := !c.renewMode() && c.mayHaveOldAdmin(m)
+	lookAdmin := sel == nil && c.mayHaveOldAdmin(m)
 	if lookAdmin {
 		dirPaths = append(dirPaths, units.AdminKubeconfig)
 	}
@@ -352,13 +385,13 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host) ([]plan.Ac
 	for i, r := range res {
 		why := r.Why
 		if !r.Changed() {
-			// certs renew: in a dry run the leaf is not reissued yet, so
-			// the host's copy still equals the state directory's; the
+			// certs renew, a CA rotation: in a dry run the state directory
+			// is not rewritten yet, so the host's copy still equals it; the
 			// plan shows the push and the restarts it brings all the same.
-			if !c.renewMode() {
+			if sel == nil || !sel.force {
 				continue
 			}
-			why = "renewed"
+			why = sel.why
 		}
 		f, mf := files[i], m.Files[i]
 		desc := fmt.Sprintf("write %s (%04o, %s)", f.Path, f.Mode.Perm(), why)

@@ -3,6 +3,7 @@ package pki
 import (
 	"bytes"
 	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -346,3 +347,6 @@ func GuardCARotation(dir state.Dir) error {
 	return usererr.New(fmt.Errorf("a CA rotation is under way (%s; %d of %d phases done)", r.Describe(), r.Done, PhaseDropOld),
 		fmt.Sprintf("finish it first: hardway rotate ca --which %s", r.Which))
 }
+
+// ParseCertificate parses a PEM certificate (the first of a bundle).
+func ParseCertificate(pemBytes []byte) (*x509.Certificate, error) { return parseCert(pemBytes) }
