@@ -83,6 +83,9 @@ type pullItem struct {
 	rel      string
 	mode     os.FileMode
 	identity bool
+	// optional: the etcd CA, which a cluster made before it does not
+	// have on any host; only then is its absence no loss.
+	optional bool
 	copies   []pullCopy
 }
 
@@ -130,7 +133,7 @@ func (c *Cluster) PullState(ctx context.Context, o PullOptions) (*PullResult, er
 				case units.SourceKey, units.SourceKubeconfig, units.SourceEncryptionConfig:
 					mode = 0o600
 				}
-				items[local] = &pullItem{local: local, rel: rel, mode: mode, identity: IsIdentity(f.Source)}
+				items[local] = &pullItem{local: local, rel: rel, mode: mode, identity: IsIdentity(f.Source), optional: f.Source.Optional}
 			}
 			hf.files = append(hf.files, f)
 		}
@@ -189,6 +192,8 @@ func (c *Cluster) PullState(ctx context.Context, o PullOptions) (*PullResult, er
 		case ok:
 			want[l] = data
 			pf.From, pf.Note = from, note
+		case it.identity && it.optional && len(it.copies) == 0:
+			continue // a cluster made before the etcd CA: none to pull
 		case it.identity:
 			missingIdentity = append(missingIdentity, it.rel)
 			continue

@@ -209,3 +209,41 @@ func TestStatePullRefusals(t *testing.T) {
 		}
 	})
 }
+
+// A cluster made before the etcd CA has none on its hosts: state pull
+// rebuilds it as it is (etcd still on the cluster CA, no etcd CA made), and
+// up then has nothing to do.
+func TestStatePullSingleCACluster(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	inv := threeHosts(t)
+	st := state.Dir(filepath.Join(root, ".hardway"))
+	if _, err := pki.Generate(ctx, inv, st, pki.Options{LegacyEtcd: true}); err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{State: st, Release: releaseOptionsIn(inv, root)}
+	fc := newFakeCluster(t, inv, opt, models(inv, runningHost))
+	fc.withRelease()
+	fc.pushed()
+	opt.State = state.Dir(filepath.Join(root, "clone", ".hardway"))
+	pc := newFakeCluster(t, inv, opt, fc.model)
+	pc.withRelease()
+	if _, err := pc.PullState(ctx, PullOptions{From: "c2"}); err != nil {
+		t.Fatalf("%v\nhint: %s", err, usererr.HintOf(err))
+	}
+	if legacy, err := pki.EtcdLegacy(opt.State); !legacy || err != nil {
+		t.Errorf("pulled state: legacy %v, %v", legacy, err)
+	}
+	if _, err := os.Stat(opt.State.Cert(pki.EtcdCA)); err == nil {
+		t.Error("state pull made an etcd CA")
+	}
+	uc := newFakeCluster(t, inv, opt, fc.model)
+	uc.withRelease()
+	r, err := (&plan.Runner{Out: &strings.Builder{}, DryRun: true, Only: []string{StepIdentity, StepPKI, StepPush}}).Run(ctx, uc.Steps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Changes() != 0 {
+		t.Errorf("up after state pull plans changes: %+v", r.Steps)
+	}
+}

@@ -439,6 +439,7 @@ systemctl restart ssh`
 	e.defragScenarios(t)
 	e.rotateScenarios(t)
 	e.renewScenarios(t)
+	e.etcdCAScenarios(t)
 
 	t.Run("a host reboot brings every service back", func(t *testing.T) {
 		e.t = t

@@ -54,15 +54,11 @@ func (e *env) startAvailability(t *testing.T) *availability {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	cert, err := tls.LoadX509KeyPair(filepath.Join(st, "apiserver-etcd-client.crt"), filepath.Join(st, "apiserver-etcd-client.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var eps []string
 	for _, h := range e.res.Hosts {
 		eps = append(eps, "https://"+h.Address+":2379")
 	}
-	cli, err := etcd.New(etcd.Config{Endpoints: eps, TLS: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
+	cli, err := etcd.New(etcd.Config{Endpoints: eps, TLS: reloadingEtcdTLS(st)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +104,40 @@ func (e *env) startAvailability(t *testing.T) *availability {
 	})
 	t.Cleanup(func() { cli.Close() })
 	return a
+}
+
+// reloadingEtcdTLS reads the client certificate and what to trust from
+// the state directory at every handshake, as etcd's clients on the hosts
+// read their files at every restart: a CA rotation of etcd changes both
+// while the poller runs (the trust bundle: cluster CA or etcd CA, both
+// during the rotation; apiserver-etcd-client reissued from the new CA).
+func reloadingEtcdTLS(pkiDir string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// The chain is verified below, against the files of the moment.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			pool := x509.NewCertPool()
+			for _, f := range []string{"etcd-trust-bundle.crt", "ca.crt"} {
+				if b, err := os.ReadFile(filepath.Join(pkiDir, f)); err == nil {
+					pool.AppendCertsFromPEM(b)
+				}
+			}
+			if len(cs.PeerCertificates) == 0 {
+				return fmt.Errorf("no server certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, DNSName: cs.ServerName})
+			return err
+		},
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			c, err := tls.LoadX509KeyPair(filepath.Join(pkiDir, "apiserver-etcd-client.crt"), filepath.Join(pkiDir, "apiserver-etcd-client.key"))
+			return &c, err
+		},
+	}
 }
 
 // end stops the pollers and fails t unless every poll succeeded.
