@@ -148,11 +148,8 @@ func (e *env) makeSingleCA(t *testing.T) {
 		}
 	}
 	st := e.stateDir()
-	var gone []string
-	for _, p := range []string{st.Cert(pki.EtcdCA), st.Key(pki.EtcdCA), st.Cert(pki.EtcdTrustBundle),
-		st.Cert("apiserver-etcd-client"), st.Key("apiserver-etcd-client")} {
-		gone = append(gone, p)
-	}
+	gone := []string{st.Cert(pki.EtcdCA), st.Key(pki.EtcdCA), st.Cert(pki.EtcdTrustBundle),
+		st.Cert("apiserver-etcd-client"), st.Key("apiserver-etcd-client")}
 	for _, pat := range []string{"etcd-server-*", "etcd-peer-*"} {
 		m, _ := filepath.Glob(filepath.Join(st.PKIDir(), pat))
 		gone = append(gone, m...)
