@@ -51,7 +51,12 @@ func (e *env) etcdTLS(t *testing.T, name string) *tls.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	// GetClientCertificate, not Certificates: Go sends a certificate from
+	// Certificates only when the server's request names its CA, so a
+	// certificate of another CA would never reach etcd and the test would
+	// prove nothing about etcd refusing it. This one is always sent.
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }}
 }
 
 // etcdRead reads a key from the member on addr with the named certificate,
@@ -117,6 +122,8 @@ func (e *env) expectEtcdTrust(t *testing.T, refused bool) {
 			switch {
 			case refused && (err == nil || rerr != nil):
 				t.Errorf("%s: etcd accepts the cluster CA's %s certificate: read %v, handshake %v", h.Name, name, err, rerr)
+			case refused && strings.Contains(alert, "certificate required"):
+				t.Errorf("%s: %s was never sent to etcd (%s): the check proves nothing", h.Name, name, alert)
 			case refused:
 				t.Logf("%s: %s refused: %s", h.Name, name, alert)
 			case !refused && (err != nil || rerr == nil):
