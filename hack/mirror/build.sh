@@ -30,6 +30,11 @@
 # `build.sh worker images` builds what a worker needs without touching Kubernetes; the images
 # need only the k8s.io/kubernetes module source (for pause.c), not a Kubernetes build.
 #
+# Each component is first taken from its official release where the download site answers
+# (hack/mirror/official: verified against the site's published checksum files, kept beside it);
+# it is built from source only when the site cannot be reached (a 5 s probe) or lacks it.
+# HARDWAY_MIRROR_FROM=source never asks the sites. The log says which path each one took.
+#
 # This is a development tool, not part of hardway.
 set -euo pipefail
 
