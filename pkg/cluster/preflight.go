@@ -179,6 +179,10 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 		// (etcd_disk_wal_fsync_duration_seconds).
 		script += "if systemctl is-active --quiet etcd.service; then echo 'fsync skipped'; else\n" + fsyncScript + "fi\n"
 	}
+	if worker {
+		// The runtime's needs, in the same command: one round trip per host.
+		script += workerFactsScript
+	}
 	script += c.fetchToolsScript()
 	// The clock again at the end: the time the script took on the host is
 	// not part of the round trip the skew estimate halves.
@@ -248,10 +252,7 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 	f.Problems = append(f.Problems, c.fetchToolProblems(string(out))...)
 	if i := indexOf(c.Inv.Workers, sh.Name()); worker {
 		// A worker runs no etcd: its checks are the runtime's needs.
-		p, w, err := c.workerPreflight(ctx, sh, c.Inv.Workers[i])
-		if err != nil {
-			return f, err
-		}
+		p, w := workerFactProblems(string(out), containerHost(c.Inv.Workers[i]), c.proxyMode(), c.cniBridge(), c.k8sMinor())
 		f.Problems, f.Warnings = append(f.Problems, p...), append(f.Warnings, w...)
 		return f, nil
 	}

@@ -1,12 +1,8 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"strings"
-
-	"github.com/hardway/hardway/pkg/inventory"
-	"github.com/hardway/hardway/pkg/remote"
 )
 
 // workerFactsScript prints what a worker needs from its host: the cgroup
@@ -35,18 +31,12 @@ var workerTools = []struct {
 	{"conntrack", "conntrack", "inspecting and clearing Service connections when debugging kube-proxy", func(string, bool) bool { return true }, true},
 }
 
-// workerPreflight checks one worker host. A cgroup v1 host is an error unless
-// the inventory says it is a container host (the lab): the kubelet refuses
-// cgroup v1 from 1.35 on, and the setting that makes it accept it
-// (failCgroupV1: false) is a workaround for container hosts, never a default.
-func (c *Cluster) workerPreflight(ctx context.Context, sh remote.Host, h inventory.Host) (problems, warnings []string, err error) {
-	out, err := sh.Run(ctx, workerFactsScript, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	p, w := workerFactProblems(string(out), containerHost(h), c.proxyMode(), c.cniBridge(), c.k8sMinor())
-	return p, w, nil
-}
+// A worker's preflight (see hostFacts) runs workerFactsScript in the same
+// command as the other facts and reads it with workerFactProblems. A cgroup
+// v1 host is an error unless the inventory says it is a container host (the
+// lab): the kubelet refuses cgroup v1 from 1.35 on, and the setting that
+// makes it accept it (failCgroupV1: false) is a workaround for container
+// hosts, never a default.
 
 func (c *Cluster) k8sMinor() int {
 	if c.Inv.K8s == nil {
