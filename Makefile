@@ -6,7 +6,7 @@ GO     ?= go
 BIN    := bin/hardway
 export HARDWAY_MIRROR ?= /var/tmp/hardway/mirror
 
-.PHONY: build setup lint mirror unit e2e test demo bench bench-up bench-backup fuzz clean
+.PHONY: build setup lint mirror unit e2e test demo bench bench-up bench-scale bench-backup fuzz clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/hardway
@@ -50,6 +50,10 @@ bench:
 # scp + systemctl, on two sets of fresh lab hosts (root).
 bench-up: setup build mirror
 	bash hack/bench-up.sh
+
+# Issue 16's scale figures only: 3 controllers + 1, 3 and 9 workers (root).
+bench-scale: setup build mirror
+	SCALE=1 bash hack/bench-up.sh
 
 bench-backup: setup build mirror
 	bash hack/bench-backup.sh

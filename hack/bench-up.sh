@@ -30,13 +30,22 @@
 # default "2"): cold up with releases.fetchOn: hosts on 3 controllers and on
 # 3 + 2, with the bytes over the operator's link (goal: at most 1.2x the
 # artifact set, whatever the number of hosts).
+#
+# SCALE=1 (make bench-scale) measures only the scale figures: part 4 on 1, 3
+# and 9 workers (WORKERS), 3+9 against 3+1, hardway's peak RSS against 100 MiB,
+# the lab's memory per host and what the machine has left with the lab up; no
+# 3-host cold up, floor or baseline (parts 1-3), no part 5 unless
+# FETCH_WORKERS is set. WORKERS_FETCH_ON=hosts runs part 4's labs with
+# releases.fetchOn: hosts (the hosts download from the lab's mirror server).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 HW=${HW:-$top/bin/hardway}
 PREFIX=${PREFIX:-hwb}
 NET=${NET:-10.240.6}
 VERIFY_DEADLINE=${VERIFY_DEADLINE:-900} # seconds of verify retries before giving up
-WORKERS=${WORKERS-1 2 3 9}
+SCALE=${SCALE:-0}
+if [ "$SCALE" = 1 ]; then WORKERS=${WORKERS-1 3 9}; else WORKERS=${WORKERS-1 2 3 9}; fi
+WORKERS_FETCH_ON=${WORKERS_FETCH_ON:-}
 
 [ "$(id -u)" = 0 ] || { echo "bench-up: needs root (lab hosts): sudo $0" >&2; exit 1; }
 [ -x "$HW" ] || { echo "bench-up: $HW not built: make build" >&2; exit 1; }
@@ -105,6 +114,9 @@ verify_until_pass() {
 }
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# Parts 1-3 (not with SCALE=1), left unindented to keep the diff small.
+if [ "$SCALE" != 1 ]; then
 
 # --- 1. cold hardway up from a warm cache ------------------------------------
 log "lab up ($PREFIX, $NET.0/24)"
@@ -291,15 +303,21 @@ t1=$(now)
 base=$(secs "$t0" "$t1")
 base_script=$(secs "$t0" "$t_b")
 lab_down
+fi # parts 1-3
 
 # --- 4. with workers: cold, no-op, verify, memory, bytes, peak RSS ---------
 # The artifact set (wset): every distinct artifact the hosts install, once;
 # the goal is that about this much crosses the operator's link.
-declare -A wcold wnoop wverify wmem wrss wsent wset
+declare -A wcold wnoop wverify wmem wrss wsent wset wavail
 for w in $WORKERS; do
   d=$work/w$w
-  log "3 controllers + $w worker(s): lab up"
-  lab_up "$d" "$w"
+  log "3 controllers + $w worker(s): lab up${WORKERS_FETCH_ON:+ --fetch-on $WORKERS_FETCH_ON}"
+  if [ -n "$WORKERS_FETCH_ON" ]; then
+    lab_is_ours=1
+    "$HW" lab up --dir "$d" --prefix "$PREFIX" --net "$NET" --workers "$w" --fetch-on "$WORKERS_FETCH_ON" >"$d.lab-up.log" 2>&1 || { cat "$d.lab-up.log" >&2; exit 1; }
+  else
+    lab_up "$d" "$w"
+  fi
   winv=$d/inventory.yaml
   wstate=$d/.hardway
   "$HW" fetch -i "$winv" --cache-dir "$cache" -o json 2>/dev/null >"$d.fetch.json"
@@ -325,6 +343,8 @@ for w in $WORKERS; do
   wnoop[$w]=$(median3 "${n[@]}")
   wverify[$w]=$(median3 "${v[@]}")
   wmem[$w]=$("$HW" lab status --prefix "$PREFIX" -o json | jq '[.hosts[].memoryBytes] | add / length / 1048576 | floor')
+  # Does the lab fit this machine: what it has left with the cluster up.
+  wavail[$w]=$(awk '/^MemAvailable:/ { printf "%.1f", $2 / 1048576 }' /proc/meminfo)
   lab_down
 done
 
@@ -335,7 +355,7 @@ done
 # until verify passes on 3 controllers (against the baseline) and on 3 +
 # FETCH_WORKERS, with the bytes up sent over SSH against the artifact set.
 # FETCH_WORKERS="" skips part 5.
-FETCH_WORKERS=${FETCH_WORKERS-2}
+if [ "$SCALE" = 1 ]; then FETCH_WORKERS=${FETCH_WORKERS-}; else FETCH_WORKERS=${FETCH_WORKERS-2}; fi
 declare -A fcold fsent fset fsteps fdl
 if [ -n "$FETCH_WORKERS" ]; then
   for w in 0 $FETCH_WORKERS; do
@@ -362,22 +382,24 @@ if [ -n "$FETCH_WORKERS" ]; then
 fi
 
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
-cold_base=$(ratio "$cold" "$base")
-cold_floor=$(ratio "$cold" "$floor")
+cold_base=$(ratio "${cold:-0}" "${base:-0}")
+cold_floor=$(ratio "${cold:-0}" "${floor:-0}")
 
 row() { printf '%-46s %10s %10s %7s %s\n' "$@"; }
 echo
 echo "hardway up, issue 16's figures ($(nproc) CPUs; load average $load_start at start, $load_end at end)"
 row "figure" "hardway" "goal" "ratio" "measured against"
+[ "$SCALE" = 1 ] || {
 row "cold up, 3 hosts, until verify passes (s)" "$cold" "≤0.5×" "$cold_base" "the tutorial's way: $base s (scp + systemctl)"
 row "" "" "≤1.3×" "$cold_floor" "the floor: $floor s = $(mb "$push_bytes") MB/host at $(mb "$stream_bps") MB/s + apiserver to /readyz $(awk -v m="$apiserver_ms" 'BEGIN { printf "%.1f", m / 1000 }') s"
 row "  of which up / baseline.sh (s)" "$cold_up" "" "" "baseline.sh $base_script s; up's steps: $steps"
 row "no-op up, 3 hosts (s)" "$noop" "" "" ""
+}
 for w in $WORKERS; do
   row "3+$w: cold up until verify passes (s)" "${wcold[$w]}" "" "" ""
   row "3+$w: no-op up, median of 3 (s)" "${wnoop[$w]}" "$([ "$w" = 2 ] && echo '≤1 s')" "$([ "$w" = 2 ] && ratio "${wnoop[$w]}" 1)" ""
   row "3+$w: verify, median of 3 (s)" "${wverify[$w]}" "$([ "$w" = 2 ] && echo '≤1 s')" "$([ "$w" = 2 ] && ratio "${wverify[$w]}" 1)" ""
-  row "3+$w: lab memory per host (MiB)" "${wmem[$w]}" "" "" ""
+  row "3+$w: lab memory per host (MiB)" "${wmem[$w]}" "" "" "$(nproc) CPUs and $(awk '/^MemTotal:/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo) GiB here; ${wavail[$w]} GiB still available with the lab up"
   row "3+$w: bytes sent by up over SSH (MB)" "$(mb "${wsent[$w]:-0}")" "≤1.2×" "$(ratio "${wsent[$w]:-0}" "${wset[$w]}")" "the artifact set: $(mb "${wset[$w]}") MB"
   row "3+$w: hardway up's peak RSS (MiB)" "${wrss[$w]}" "$([ "$w" = 9 ] && echo '≤100')" "$([ "$w" = 9 ] && ratio "${wrss[$w]}" 100)" ""
 done
@@ -388,9 +410,9 @@ fi
 for w in ${FETCH_WORKERS:+0 $FETCH_WORKERS}; do
   name="3 hosts"
   [ "$w" = 0 ] || name="3+$w"
-  row "fetchOn hosts, $name: cold up until verify (s)" "${fcold[$w]}" "$([ "$w" = 0 ] && echo '≤0.5×')" "$([ "$w" = 0 ] && ratio "${fcold[$w]}" "$base")" "$([ "$w" = 0 ] && echo "the tutorial's way: $base s; ")up's steps: ${fsteps[$w]}"
+  row "fetchOn hosts, $name: cold up until verify (s)" "${fcold[$w]}" "$([ "$w" = 0 ] && echo '≤0.5×')" "$([ "$w" = 0 ] && ratio "${fcold[$w]}" "${base:-0}")" "$([ "$w" = 0 ] && echo "the tutorial's way: ${base:-not measured} s; ")up's steps: ${fsteps[$w]}"
   row "fetchOn hosts, $name: bytes sent by up (MB)" "$(awk -v b="${fsent[$w]:-0}" 'BEGIN { printf "%.2f", b / 1e6 }')" "≤1.2×" "$(awk -v a="${fsent[$w]:-0}" -v b="${fset[$w]}" 'BEGIN { printf "%.4f", a / b }')" "over the operator's link; the artifact set: $(mb "${fset[$w]}") MB"
   row "fetchOn hosts, $name: + a cold cache (MB)" "$(mb $((fdl[$w] + ${fsent[$w]:-0})))" "≤1.2×" "$(ratio $((fdl[$w] + ${fsent[$w]:-0})) "${fset[$w]}")" "the operator's own download of the set once (archives compressed) plus the above"
 done
-echo "peak RSS (MiB), 3 hosts: up $up_rss, verify $verify_rss"
+[ "$SCALE" = 1 ] || echo "peak RSS (MiB), 3 hosts: up $up_rss, verify $verify_rss"
 echo "(the baseline gets hardway's certificates and rendered files for free; KEEP=1 keeps the script it ran: WORK/baseline.sh)"
