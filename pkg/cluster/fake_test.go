@@ -84,12 +84,19 @@ func fakeShowUnits(script string, state func(comp string) remote.UnitState) stri
 	return b.String()
 }
 
+// errSkipped: fakeCaptured's answer says the script would not run the
+// command (its condition is false): no section.
+var errSkipped = errors.New("not run")
+
 // fakeCaptured answers a script's captured sections as the shell would,
 // each command answered by answer.
 func fakeCaptured(script string, answer func(cmd string) (string, error)) string {
 	var b strings.Builder
 	for _, g := range reCaptured.FindAllStringSubmatch(script, -1) {
 		out, err := answer(g[2])
+		if errors.Is(err, errSkipped) {
+			continue
+		}
 		code, stderr := 0, ""
 		var ee *remote.ExitError
 		if errors.As(err, &ee) {

@@ -104,7 +104,7 @@ func (c *Cluster) hostImages(m *units.Manifest) ([]wantedImage, error) {
 // containerd is not running (a new host, or one about to get a new
 // containerd) nothing can be asked, and every image is imported: importing
 // one already present only costs time.
-func (c *Cluster) planImages(ctx context.Context, sh remote.Host, m *units.Manifest, runtimeUp bool) ([]plan.Action, error) {
+func (c *Cluster) planImages(ctx context.Context, sh remote.Host, sn *snapshot, m *units.Manifest, runtimeUp bool) ([]plan.Action, error) {
 	want, err := c.hostImages(m)
 	if err != nil || len(want) == 0 {
 		return nil, err
@@ -112,7 +112,7 @@ func (c *Cluster) planImages(ctx context.Context, sh remote.Host, m *units.Manif
 	var have []hostImage
 	why := "containerd not running yet"
 	if runtimeUp {
-		out, err := sh.Run(ctx, crictlCmd+" images -o json", nil)
+		out, err := sn.read(ctx, sh, "images", readImagesCmd)
 		if err != nil {
 			return nil, fmt.Errorf("list images in containerd: %w", err)
 		}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -20,6 +21,21 @@ type snapshot struct {
 	Units    map[string]remote.UnitState // by component
 	Pending  map[string]bool             // restart markers, plus the restarts earlier steps planned
 	EtcdData bool                        // the etcd data dir holds a member
+	// out is the whole output of the command that read the snapshot: its
+	// captured sections (see captured) answer read.
+	out string
+}
+
+// read is cmd's output: from the snapshot's captured section name when the
+// snapshot's command ran it (one round trip for all of a host's reads),
+// else from running cmd on sh.
+func (sn *snapshot) read(ctx context.Context, sh remote.Host, name, cmd string) ([]byte, error) {
+	if sn != nil && sn.out != "" {
+		if out, err := capturedResult(sn.out, name, sh.Name(), cmd); !errors.Is(err, errNotCaptured) {
+			return out, err
+		}
+	}
+	return sh.Run(ctx, cmd, nil)
 }
 
 // unitsScript prints the state of comps' units in one section (@units), read

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -44,13 +45,17 @@ func beforeCaptured(out string) string {
 	return out
 }
 
+// errNotCaptured: the script's output has no such section (it did not run
+// the command, or stopped before it).
+var errNotCaptured = errors.New("no output (the script did not run it)")
+
 // capturedResult is the standard output of the captured command name, or
 // the error Run would have returned for it alone (an *remote.ExitError with
 // its standard error).
 func capturedResult(out, name, host, cmd string) ([]byte, error) {
 	_, rest, ok := strings.Cut("\n"+out, "\n@@"+name+"\n")
 	if !ok {
-		return nil, fmt.Errorf("%s: %s: no output (the script stopped before it)", host, cmd)
+		return nil, fmt.Errorf("%s: %s: %w", host, cmd, errNotCaptured)
 	}
 	body, stderr, _ := strings.Cut(rest, "@@"+name+"-stderr\n")
 	if i := strings.Index(stderr, "\n@@"); i >= 0 {

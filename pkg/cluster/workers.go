@@ -43,16 +43,22 @@ func (c *Cluster) WorkersStep() plan.Step {
 }
 
 // unitSnapshot reads the state of comps on one host and the restart markers,
-// in one command; the restarts earlier steps planned count as pending.
-func (c *Cluster) unitSnapshot(ctx context.Context, sh remote.Host, comps []string, earlier plan.Planned) (*snapshot, error) {
+// in one command; the restarts earlier steps planned count as pending. The
+// extra script's captured sections (see captured) ride along in the same
+// command, for snapshot.read.
+func (c *Cluster) unitSnapshot(ctx context.Context, sh remote.Host, comps []string, earlier plan.Planned, extra ...string) (*snapshot, error) {
 	var script strings.Builder
 	script.WriteString(unitsScript(comps))
 	fmt.Fprintf(&script, "echo '@restart'; ls -1 %s 2>/dev/null || true\n", restartDir)
+	for _, e := range extra {
+		script.WriteString(e)
+	}
 	out, err := sh.Run(ctx, script.String(), nil)
 	if err != nil {
 		return nil, err
 	}
-	sn := parseSnapshot(string(out))
+	sn := parseSnapshot(beforeCaptured(string(out)))
+	sn.out = string(out)
 	for comp := range earlier.Restarts(sh.Name()) {
 		sn.Pending[comp] = true
 	}
@@ -124,6 +130,24 @@ func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan
 		return nil, err
 	}
 	subnets := st.Subnets
+	// The Nodes as the apiserver has them, read while the hosts are. A dry
+	// run before the first up has no apiserver (or no admin kubeconfig)
+	// yet: the registration is then planned, and decided when it runs.
+	var nodes map[string]*corev1.Node
+	var stale []corev1.Node
+	nodesRead := make(chan struct{})
+	go func() {
+		defer close(nodesRead)
+		// A control plane that never had workers: no Node to read.
+		hadWorkers := len(c.Inv.Workers) > 0 || len(st.Removed(c.Inv)) > 0
+		if cs, err := c.kubeClient(); err == nil && hadWorkers {
+			var err error
+			nodes, stale, err = c.workerNodes(ctx, cs, st.Removed(c.Inv))
+			if err != nil {
+				nodes, stale = nil, nil
+			}
+		}
+	}()
 	hosts := c.Inv.Hosts()
 	snaps := make([]*snapshot, len(hosts))
 	err = remote.ForEach(ctx, hosts, hostsAtOnce, func(ctx context.Context, h inventory.Host) error {
@@ -137,25 +161,18 @@ func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan
 		if err != nil {
 			return err
 		}
-		sn, err := c.unitSnapshot(ctx, sh, comps, earlier)
+		// A worker's other reads (planWorker) ride along: one round trip.
+		var extra []string
+		if c.isWorker(h.Name) {
+			extra = append(extra, workerReadsScript)
+		}
+		sn, err := c.unitSnapshot(ctx, sh, comps, earlier, extra...)
 		snaps[indexOf(hosts, h.Name)] = sn
 		return err
 	})
+	<-nodesRead
 	if err != nil {
 		return nil, err
-	}
-	// The Nodes as the apiserver has them. A dry run before the first up
-	// has no apiserver (or no admin kubeconfig) yet: the registration is
-	// then planned, and decided when it runs.
-	var nodes map[string]*corev1.Node
-	var stale []corev1.Node
-	// A control plane that never had workers: no Node to read.
-	hadWorkers := len(c.Inv.Workers) > 0 || len(st.Removed(c.Inv)) > 0
-	if cs, err := c.kubeClient(); err == nil && hadWorkers {
-		nodes, stale, err = c.workerNodes(ctx, cs, st.Removed(c.Inv))
-		if err != nil {
-			nodes, stale = nil, nil
-		}
 	}
 	removed := c.removedWorkers(st, stale)
 
@@ -300,7 +317,7 @@ func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot
 		return nil, false, err
 	}
 	if c.cniBridge() {
-		a, err := c.oldLoopbackAction(ctx, sh, w.Name)
+		a, err := c.oldLoopbackAction(ctx, sh, sn, w.Name)
 		if err != nil {
 			return nil, false, err
 		}
@@ -311,7 +328,7 @@ func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot
 	// Ask containerd for its images only when it keeps running through
 	// this run; otherwise every image is imported after it starts.
 	runtimeUp := sn.Units[Containerd].Active && !sn.Pending[Containerd] && !sn.Units[Containerd].NeedReload
-	imgs, err := c.planImages(ctx, sh, c.manifest(w.Name), runtimeUp)
+	imgs, err := c.planImages(ctx, sh, sn, c.manifest(w.Name), runtimeUp)
 	if err != nil {
 		return nil, false, err
 	}
@@ -355,6 +372,17 @@ func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot
 	return actions, restarted, nil
 }
 
+// The reads of a worker's plan (planWorker), run with its unit snapshot:
+// the old loopback config, and containerd's images when it runs (asked only
+// then: a stopped containerd has nothing to list, and its plan imports
+// every image).
+var (
+	readLoopbackCmd   = "cat " + oldLoopbackConf + " 2>/dev/null || true"
+	readImagesCmd     = crictlCmd + " images -o json"
+	workerReadsScript = captured("loopback", readLoopbackCmd) +
+		"if systemctl is-active --quiet " + Containerd + ".service; then\n" + captured("images", readImagesCmd) + "fi\n"
+)
+
 // oldLoopbackConf is the loopback CNI config earlier hardway versions wrote
 // (the tutorial's). containerd falls back to it when the bridge config is
 // missing and reports the network ready, with pods that have only lo; the
@@ -364,8 +392,8 @@ const oldLoopbackConf = "/etc/cni/net.d/99-loopback.conf"
 // oldLoopbackAction plans the removal of oldLoopbackConf when it is the one
 // hardway wrote (a loopback network named lo); any other file there is
 // left alone. Reading it is the plan; rm is the action.
-func (c *Cluster) oldLoopbackAction(ctx context.Context, sh remote.Host, host string) (*plan.Action, error) {
-	out, err := sh.Run(ctx, "cat "+oldLoopbackConf+" 2>/dev/null || true", nil)
+func (c *Cluster) oldLoopbackAction(ctx context.Context, sh remote.Host, sn *snapshot, host string) (*plan.Action, error) {
+	out, err := sn.read(ctx, sh, "loopback", readLoopbackCmd)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", oldLoopbackConf, err)
 	}

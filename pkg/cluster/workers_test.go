@@ -167,19 +167,26 @@ func (m *workerModel) answer(cmd string) (string, error) {
 			st.ActiveEnter = ""
 			return st
 		}))
+		if strings.Contains(cmd, "echo '@restart'") {
+			b.WriteString("@restart\n")
+			for k := range m.markers {
+				b.WriteString(k + "\n")
+			}
+		}
 		if strings.Contains(cmd, "echo '@@") {
+			// The captured reads, as the shell runs them: crictl images
+			// only while containerd is active.
+			active := m.units[Containerd].Active
 			m.mu.Unlock()
-			b.WriteString(fakeCaptured(cmd, m.answer))
+			b.WriteString(fakeCaptured(cmd, func(c string) (string, error) {
+				if strings.Contains(c, " images -o json") && strings.Contains(cmd, "if systemctl is-active --quiet containerd.service") && !active {
+					return "", errSkipped
+				}
+				return m.answer(c)
+			}))
 			m.mu.Lock()
-			return b.String(), nil
 		}
-		if !strings.Contains(cmd, "echo '@restart'") {
-			return b.String(), nil
-		}
-		b.WriteString("@restart\n")
-		for k := range m.markers {
-			b.WriteString(k + "\n")
-		}
+		return b.String(), nil
 	case strings.Contains(cmd, " info"):
 		if m.cri == "" {
 			return "", &remote.ExitError{Code: 1, Stderr: "connect: connection refused"}
