@@ -69,6 +69,11 @@ type Cluster struct {
 	dialing map[string]*dialing
 	down    map[string]dialFailure // see Host
 
+	lookupMu  sync.Mutex // guards the lookup* fields (see lookupSet)
+	lookedUp  bool
+	lookupRes *release.Set
+	lookupErr error
+
 	renderMu  sync.Mutex // guards manifests and set
 	set       *release.Set
 	manifests map[string]*units.Manifest

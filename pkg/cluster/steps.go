@@ -126,10 +126,29 @@ func (c *Cluster) releaseOptions(offline bool) release.Options {
 	return o
 }
 
-func (c *Cluster) planFetch(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
+// lookupSet looks the release set up in the cache the way a plan may
+// (offline; neither the lock nor the stat memo written), once per run: the
+// fetch step's plan and the plans made ahead of it that need the set (see
+// planSet) share one lookup, which hashes what the memo cannot vouch for
+// (image tarballs' layers, say) instead of each doing it again.
+func (c *Cluster) lookupSet(ctx context.Context) (*release.Set, error) {
+	c.lookupMu.Lock()
+	defer c.lookupMu.Unlock()
+	if c.lookedUp {
+		return c.lookupRes, c.lookupErr
+	}
 	o := c.releaseOptions(true)
-	o.NoLockWrite = true
+	o.NoLockWrite, o.Progress = true, nil
 	set, err := release.Resolve(ctx, o)
+	if err != nil && ctx.Err() != nil {
+		return nil, err // cut short by its caller (a plan made ahead and dropped): no answer
+	}
+	c.lookupRes, c.lookupErr, c.lookedUp = set, err, true
+	return set, err
+}
+
+func (c *Cluster) planFetch(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
+	set, err := c.lookupSet(ctx)
 	if err == nil {
 		// Found in the cache: remembered in memory for push. The lock is
 		// written by an action, when it is new or moves (--update-lock).
@@ -176,9 +195,7 @@ func (c *Cluster) planSet(ctx context.Context) {
 	if c.releaseSet() != nil {
 		return
 	}
-	o := c.releaseOptions(true)
-	o.NoLockWrite, o.Progress = true, nil
-	if set, err := release.Resolve(ctx, o); err == nil {
+	if set, err := c.lookupSet(ctx); err == nil {
 		c.setReleaseSet(set)
 	}
 }
