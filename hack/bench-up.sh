@@ -415,4 +415,4 @@ for w in ${FETCH_WORKERS:+0 $FETCH_WORKERS}; do
   row "fetchOn hosts, $name: + a cold cache (MB)" "$(mb $((fdl[$w] + ${fsent[$w]:-0})))" "≤1.2×" "$(ratio $((fdl[$w] + ${fsent[$w]:-0})) "${fset[$w]}")" "the operator's own download of the set once (archives compressed) plus the above"
 done
 [ "$SCALE" = 1 ] || echo "peak RSS (MiB), 3 hosts: up $up_rss, verify $verify_rss"
-echo "(the baseline gets hardway's certificates and rendered files for free; KEEP=1 keeps the script it ran: WORK/baseline.sh)"
+[ "$SCALE" = 1 ] || echo "(the baseline gets hardway's certificates and rendered files for free; KEEP=1 keeps the script it ran: WORK/baseline.sh)"
