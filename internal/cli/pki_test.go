@@ -31,7 +31,7 @@ func TestPKICommand(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	for _, want := range []string{"NAME", "kube-apiserver", "controller-0,10.240.0.10,controller-1,… (+10)",
-		"front-proxy-client", "created", "28 created", "Back it up"} {
+		"front-proxy-client", "created", "29 created", "Back it up"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -66,7 +66,7 @@ func TestPKICommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("json: %v\n%s", err, out)
 	}
-	if doc.State != st || len(doc.Results) != 28 {
+	if doc.State != st || len(doc.Results) != 29 {
 		t.Errorf("state %q, %d results", doc.State, len(doc.Results))
 	}
 	for _, r := range doc.Results {

@@ -164,16 +164,17 @@ func certDesc(pemText string) string {
 	return fmt.Sprintf("CN %s, serial %s, until %s", c.Subject.CommonName, c.SerialNumber.Text(16), c.NotAfter.Format(time.DateOnly))
 }
 
-// checkUnits refuses hosts whose etcd or apiserver unit differs from what
-// this hardway renders: a unit from an older hardway may point the
-// apiserver's --etcd-cafile at the cluster CA instead of the bundle, and
-// that apiserver would lose etcd in the reissue phase.
+// checkUnits refuses hosts whose etcd, apiserver or controller-manager
+// unit differs from what this hardway renders: a unit from an older hardway
+// may point the apiserver's --etcd-cafile (or --requestheader-client-ca-file)
+// at a CA file instead of the bundle, and would lose its trust in the
+// reissue phase.
 func (r *CARotation) checkUnits(ctx context.Context) error {
 	var stale []string
 	for _, h := range r.c.Inv.ControlPlane {
 		m := r.c.manifest(h.Name)
 		var files []remote.File
-		for _, comp := range []string{units.Etcd, units.APIServer} {
+		for _, comp := range []string{units.Etcd, units.APIServer, units.ControllerManager} {
 			f, ok := m.File(units.UnitPath(comp))
 			if !ok {
 				continue

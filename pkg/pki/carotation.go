@@ -35,8 +35,14 @@ import (
 // point is finished by the next one. The old CA's files are kept under
 // <state>/pki/retired/, so that older backups still make sense.
 
-// WhichEtcd is --which etcd.
-const WhichEtcd = "etcd"
+// The rows of CATargets (--which).
+const (
+	WhichEtcd       = "etcd"
+	WhichFrontProxy = "front-proxy"
+)
+
+// FrontProxyTrustBundle is what --requestheader-client-ca-file trusts.
+const FrontProxyTrustBundle = "front-proxy-trust-bundle"
 
 // CATarget is one row of the table of CAs 'hardway rotate ca' rotates.
 type CATarget struct {
@@ -47,12 +53,14 @@ type CATarget struct {
 	Trusted string
 }
 
-// CATargets is the table. The cluster CA and the front-proxy CA are later
-// rows: a bundle name for what trusts them, and the rows they sign.
+// CATargets is the table. The cluster CA is a later row: a bundle name for
+// what trusts it, and the rows it signs.
 func CATargets() []CATarget {
 	return []CATarget{
 		{Which: WhichEtcd, CA: EtcdCA, Bundle: EtcdTrustBundle,
 			Trusted: "etcd (--trusted-ca-file, --peer-trusted-ca-file) and the apiservers (--etcd-cafile)"},
+		{Which: WhichFrontProxy, CA: FrontProxyCA, Bundle: FrontProxyTrustBundle,
+			Trusted: "the apiservers and controller-managers (--requestheader-client-ca-file; the apiserver publishes it to extension apiservers in kube-system/extension-apiserver-authentication)"},
 	}
 }
 
@@ -66,7 +74,7 @@ func LookupCATarget(which string) (CATarget, error) {
 		names = append(names, t.Which)
 	}
 	return CATarget{}, usererr.WithCode(fmt.Errorf("--which %q: no such CA to rotate", which), usererr.CodeUsage,
-		"rotate one of: "+strings.Join(names, ", ")+" (the cluster and front-proxy CAs are not rotated yet: 'hardway pki --replace-ca' replaces them with downtime)")
+		"rotate one of: "+strings.Join(names, ", ")+" (the cluster CA is not rotated yet: 'hardway pki --replace-ca=ca' replaces it with downtime)")
 }
 
 // Leaves are the table rows the target's CA signs.

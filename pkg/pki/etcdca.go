@@ -145,18 +145,18 @@ func entriesWith(inv *inventory.Inventory, etcdSigner string) []Entry {
 	return out
 }
 
-// ensureEtcdTrustBundle writes the trust bundle as the signing CA's
-// certificate when it differs, unless a CA rotation of etcd is under way
-// (the rotation writes it, phase by phase).
-func ensureEtcdTrustBundle(dir state.Dir, signer string) (Result, error) {
-	path := dir.Cert(EtcdTrustBundle)
-	res := Result{Name: EtcdTrustBundle, Kind: KindTrustBundle, Path: path, Status: Reused}
-	if rot, err := LoadCARotation(dir, WhichEtcd); err != nil || rot != nil {
+// ensureTrustBundle writes t's trust bundle as the signing CA's
+// certificate when it differs, unless a rotation of t is under way (the
+// rotation writes it, phase by phase).
+func ensureTrustBundle(dir state.Dir, t CATarget, signer string) (Result, error) {
+	path := dir.Cert(t.Bundle)
+	res := Result{Name: t.Bundle, Kind: KindTrustBundle, Path: path, Status: Reused}
+	if rot, err := LoadCARotation(dir, t.Which); err != nil || rot != nil {
 		return res, err
 	}
 	want, err := os.ReadFile(dir.Cert(signer))
 	if err != nil {
-		return res, fmt.Errorf("etcd trust bundle: %w", err)
+		return res, fmt.Errorf("%s: %w", t.Bundle, err)
 	}
 	have, err := readOptional(path)
 	if err != nil {
@@ -170,7 +170,7 @@ func ensureEtcdTrustBundle(dir state.Dir, signer string) (Result, error) {
 	}
 	res.Status, res.Reason = Created, ""
 	if have != nil {
-		res.Status, res.Reason = Updated, "etcd trusts "+signer
+		res.Status, res.Reason = Updated, "trusts "+signer
 	}
 	return res, nil
 }

@@ -215,3 +215,50 @@ func TestLookupCATarget(t *testing.T) {
 		t.Errorf("%+v %v", tg, err)
 	}
 }
+
+// The front-proxy CA rotates the same way: the bundle (old + new) first,
+// front-proxy-client reissued, then the new CA alone; the old CA retired.
+func TestCARotationFrontProxyState(t *testing.T) {
+	inv, dir := loadInventory(t, baseInventory, "ecdsa-p256")
+	generate(t, inv, dir, Options{})
+	old := readCert(t, dir, FrontProxyCA)
+	oldPEM, _ := os.ReadFile(dir.Cert(FrontProxyCA))
+	if got, _ := os.ReadFile(dir.Cert(FrontProxyTrustBundle)); string(got) != string(oldPEM) {
+		t.Fatal("the front-proxy bundle is not the front-proxy CA")
+	}
+	now := time.Now()
+	r, err := StartCARotation(inv, dir, WhichFrontProxy, now)
+	if err != nil || r.OldCA != FrontProxyCA {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if err := SaveCARotation(dir, r, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ApplyState(dir, PhaseTrustBoth); err != nil {
+		t.Fatal(err)
+	}
+	todo, err := r.UnsignedLeaves(inv, dir)
+	if err != nil || len(todo) != 1 || todo[0].Name != "front-proxy-client" {
+		t.Fatalf("unsigned %+v, %v", todo, err)
+	}
+	if _, err := Renew(t.Context(), inv, dir, todo, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ApplyState(dir, PhaseDropOld); err != nil {
+		t.Fatal(err)
+	}
+	if err := FinishCARotation(dir, WhichFrontProxy); err != nil {
+		t.Fatal(err)
+	}
+	if readCert(t, dir, "front-proxy-client").CheckSignatureFrom(readCert(t, dir, FrontProxyCA)) != nil {
+		t.Error("front-proxy-client is not signed by the new CA")
+	}
+	if got, err := os.ReadFile(RetiredDir(dir) + "/front-proxy-ca-" + old.SerialNumber.Text(16) + ".crt"); err != nil || string(got) != string(oldPEM) {
+		t.Errorf("retired: %v", err)
+	}
+	for _, res := range generate(t, inv, dir, Options{}) {
+		if res.Status != Reused {
+			t.Errorf("after the rotation: %s %s (%s)", res.Name, res.Status, res.Reason)
+		}
+	}
+}

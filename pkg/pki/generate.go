@@ -134,11 +134,17 @@ func Generate(ctx context.Context, inv *inventory.Inventory, dir state.Dir, opts
 		results = append(results, r)
 		issuers[e.Name] = is
 	}
-	tb, err := ensureEtcdTrustBundle(dir, signer)
-	if err != nil {
-		return nil, err
+	for _, t := range CATargets() {
+		by := t.CA
+		if t.Which == WhichEtcd {
+			by = signer
+		}
+		tb, err := ensureTrustBundle(dir, t, by)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, tb)
 	}
-	results = append(results, tb)
 
 	// Key generation dominates (RSA-4096 especially) and the leaves are
 	// independent once the CAs exist.

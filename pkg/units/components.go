@@ -203,7 +203,12 @@ func Components() []Component {
 				cert(EtcdTrustCert, "etcd-trust-bundle"),
 				key(ServiceAccountKey, "service-account"),
 				{Path: ServiceAccountPub, Kind: SourcePublicKey, Name: "service-account"},
-				cert(FrontProxyCACert, "front-proxy-ca"),
+				// What --requestheader-client-ca-file trusts is the bundle (the
+				// CA, both CAs during 'hardway rotate ca --which front-proxy');
+				// the CA's own certificate stays beside it, read by no component,
+				// for the identity check and 'hardway state pull'.
+				cert(FrontProxyTrustCert, "front-proxy-trust-bundle"),
+				{Path: FrontProxyCACert, Kind: SourceCert, Name: "front-proxy-ca", NoRestart: true},
 				cert(FrontProxyClientCert, "front-proxy-client"), key(FrontProxyClientKey, "front-proxy-client"),
 				// The apiserver would reload it by itself; restarting makes a key
 				// rotation step certain instead of "within a minute".
@@ -237,7 +242,7 @@ func Components() []Component {
 			Files: []Copy{
 				cert(CACert, "ca"), key(CAKey, "ca"),
 				key(ServiceAccountKey, "service-account"),
-				cert(FrontProxyCACert, "front-proxy-ca"),
+				cert(FrontProxyTrustCert, "front-proxy-trust-bundle"),
 				kc(ControllerManagerKube, "kube-controller-manager"),
 			},
 			Kubeconfig: ControllerManagerKube,

@@ -114,7 +114,7 @@ func TestFlagsPerVersion(t *testing.T) {
 					"encryption-provider-config-automatic-reload": "true",
 					"kubelet-client-certificate":                  KubeletClientCert,
 					"kubelet-client-key":                          KubeletClientKey,
-					"requestheader-client-ca-file":                FrontProxyCACert,
+					"requestheader-client-ca-file":                FrontProxyTrustCert,
 					"requestheader-allowed-names":                 "front-proxy-client",
 					"proxy-client-cert-file":                      FrontProxyClientCert,
 					"proxy-client-key-file":                       FrontProxyClientKey,

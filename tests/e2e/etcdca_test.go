@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"os"
 	"os/exec"
@@ -325,6 +326,85 @@ func (e *env) etcdCAScenarios(t *testing.T) {
 			t.Errorf("up after the rotation:\n%s", out)
 		}
 	})
+	e.frontProxyScenario(t)
+}
+
+// frontProxyScenario rotates the front-proxy CA: the same three phases,
+// with the apiservers and controller-managers as the trusting side.
+func (e *env) frontProxyScenario(t *testing.T) {
+	t.Run("rotate ca --which front-proxy: an apiserver ready and an etcd quorum at every poll; the apiservers trust and publish the new CA, front-proxy-client is reissued from it, the old one retired", func(t *testing.T) {
+		e.t = t
+		st := e.stateDir()
+		oldPEM, err := os.ReadFile(st.Cert(pki.FrontProxyCA))
+		if err != nil {
+			t.Fatal(err)
+		}
+		old, err := pki.ParseCertificate(oldPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := e.startAvailability(t)
+		start := time.Now()
+		code, out, errs := e.hardway("rotate", "ca", "--which", "front-proxy", "-o", "json")
+		a.end(t)
+		t.Logf("the rotation took %s:\n%s", time.Since(start).Round(time.Second), errs)
+		if code != 0 {
+			t.Fatalf("rotate: exit %d\n%s\n%s", code, out, errs)
+		}
+		var res rotateCAJSON
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if !res.Complete || res.OldCA != pki.FrontProxyCA || strings.Join(res.Reissued, ",") != "front-proxy-client" {
+			t.Errorf("result: %+v", res)
+		}
+		newPEM, err := os.ReadFile(st.Cert(pki.FrontProxyCA))
+		if err != nil || string(newPEM) == string(oldPEM) {
+			t.Fatalf("the front-proxy CA was not replaced: %v", err)
+		}
+		if got, err := os.ReadFile(filepath.Join(pki.RetiredDir(st), "front-proxy-ca-"+old.SerialNumber.Text(16)+".crt")); err != nil || string(got) != string(oldPEM) {
+			t.Errorf("the old front-proxy CA is not kept: %v", err)
+		}
+		client, err := os.ReadFile(st.Cert("front-proxy-client"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range e.res.Hosts {
+			for p, want := range map[string][]byte{"/var/lib/kubernetes/front-proxy-trust.crt": newPEM, "/var/lib/kubernetes/front-proxy-ca.crt": newPEM,
+				"/var/lib/kubernetes/front-proxy-client.crt": client} {
+				if got, err := e.ssh(h.Name, "cat "+p); err != nil || got != string(want) {
+					t.Errorf("%s:%s is not the state directory's new one: %v", h.Name, p, err)
+				}
+			}
+		}
+		// The apiservers publish what they trust for extension apiservers.
+		cm := e.kubectl(t, "-n", "kube-system", "get", "configmap", "extension-apiserver-authentication", "-o", "jsonpath={.data.requestheader-client-ca-file}")
+		newCert, _ := pki.ParseCertificate(newPEM)
+		if !pemHolds(cm, newCert.Raw) {
+			t.Errorf("extension-apiserver-authentication does not publish the new front-proxy CA:\n%s", cm)
+		}
+		if f := failures(e.verify()); len(f) > 0 {
+			t.Errorf("verify after the rotation:\n  %s", strings.Join(f, "\n  "))
+		}
+		if out := e.mustUp(); !strings.Contains(out, "no changes") {
+			t.Errorf("up after the rotation:\n%s", out)
+		}
+	})
+}
+
+// pemHolds reports whether a PEM bundle holds the certificate raw.
+func pemHolds(bundle string, raw []byte) bool {
+	rest := []byte(bundle)
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			return false
+		}
+		if bytes.Equal(b.Bytes, raw) {
+			return true
+		}
+	}
 }
 
 func hasWarning(r *verify.Report, msg, hint string) bool {
