@@ -28,7 +28,7 @@ const (
 	EtcdTrustCert         = KubeDir + "/etcd-ca.crt" // what the apiserver trusts for etcd: the etcd trust bundle
 	ServiceAccountKey     = KubeDir + "/service-account.key"
 	ServiceAccountPub     = KubeDir + "/service-account.pub"
-	FrontProxyCACert      = KubeDir + "/front-proxy-ca.crt"   // the CA itself: read by no component since the bundle (identity, state pull)
+	FrontProxyCACert      = KubeDir + "/front-proxy-ca.crt"    // the CA itself: read by no component since the bundle (identity, state pull)
 	FrontProxyTrustCert   = KubeDir + "/front-proxy-trust.crt" // --requestheader-client-ca-file: the front-proxy trust bundle
 	FrontProxyClientCert  = KubeDir + "/front-proxy-client.crt"
 	FrontProxyClientKey   = KubeDir + "/front-proxy-client.key"
