@@ -30,9 +30,10 @@ mirror: setup
 unit: setup mirror
 	$(GO) test -race -count=1 -timeout 30m ./pkg/... ./internal/... .
 
-# Real hosts (systemd-nspawn + systemd + sshd) and real binaries, as root.
+# Real hosts (systemd-nspawn + systemd + sshd) and real binaries, as root. TestControlPlane and
+# TestWorkers run side by side (own lab prefixes and /24s): 17 min instead of 24 on 2 cores.
 e2e: setup build mirror
-	$(GO) test -count=1 -p 1 -timeout 45m -v ./tests/... 2>&1 | tee /tmp/hardway-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:'; exit $${PIPESTATUS[0]}
+	HARDWAY_E2E_PARALLEL=1 $(GO) test -count=1 -p 1 -timeout 45m -v ./tests/... 2>&1 | tee /tmp/hardway-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:'; exit $${PIPESTATUS[0]}
 
 test: lint unit e2e
 
