@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/hardway/hardway/pkg/usererr"
 )
+
+var hexDigest = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // ImageInfo says what an image tarball holds, so a worker can tell whether
 // containerd already has the image without importing it again.
@@ -27,13 +31,23 @@ type ImageInfo struct {
 
 // inspectImages fills in Image for every image artifact after checking its
 // verified tarball is a docker-archive that holds the named image for the
-// set's architecture.
-func inspectImages(specs []spec, arts []Artifact) error {
+// set's architecture. What a tarball holds follows from its bytes, so the
+// answer is kept in the cache's image memo under the tarball's sha256 (the
+// lookup has just verified the bytes are those): a run does not read the
+// layers again (the largest part of a no-op up's own CPU time).
+func inspectImages(c Cache, specs []spec, arts []Artifact) error {
 	for i, s := range specs {
 		if s.Image == "" {
 			continue
 		}
-		info, err := InspectImage(arts[i].Path, s.Image)
+		info, ok := c.rememberedImage(arts[i].SHA256, s.Image)
+		var err error
+		if !ok {
+			info, err = InspectImage(arts[i].Path, s.Image)
+			if err == nil {
+				c.rememberImage(arts[i].SHA256, info)
+			}
+		}
 		if err != nil {
 			return usererr.Errorf("images must be docker-archive tarballs ('docker save', 'ctr images export --platform', or hack/mirror/mkimage) that carry the name listed in the inventory",
 				"%s (%s): %w", s.Name, s.URL, err)
@@ -97,4 +111,43 @@ func InspectImage(path, ref string) (ImageInfo, error) {
 		return ImageInfo{}, fmt.Errorf("the manifest lists %d layers, the config %d", len(layers), len(cf.RootFS.DiffIDs))
 	}
 	return ImageInfo{Name: ref, ID: id.String(), OS: cf.OS, Arch: cf.Architecture}, nil
+}
+
+// The image memo, <dir>/images: one line per inspected tarball,
+// "sha256 name<TAB>id os arch". A lost or damaged line only costs one
+// inspection.
+func (c Cache) imageMemoPath() string { return filepath.Join(c.Dir, "images") }
+
+// rememberedImage returns what the tarball with this sha256 was found to
+// hold for the image name.
+func (c Cache) rememberedImage(sha256hex, ref string) (ImageInfo, bool) {
+	b, err := os.ReadFile(c.imageMemoPath())
+	if err != nil || !hexDigest.MatchString(sha256hex) {
+		return ImageInfo{}, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, "\t")
+		if !ok || k != sha256hex+" "+ref {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 3 && strings.HasPrefix(f[0], "sha256:") {
+			return ImageInfo{Name: ref, ID: f[0], OS: f[1], Arch: f[2]}, true
+		}
+	}
+	return ImageInfo{}, false
+}
+
+// rememberImage records info for the tarball with this sha256; best effort,
+// and only where the cache may be written (not from a plan).
+func (c Cache) rememberImage(sha256hex string, info ImageInfo) {
+	if !c.Memo || !hexDigest.MatchString(sha256hex) || strings.ContainsAny(info.Name+info.ID+info.OS+info.Arch, " \t\n") {
+		return
+	}
+	f, err := os.OpenFile(c.imageMemoPath(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	_, _ = fmt.Fprintf(f, "%s %s\t%s %s %s\n", sha256hex, info.Name, info.ID, info.OS, info.Arch)
+	_ = f.Close()
 }

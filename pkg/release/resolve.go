@@ -247,7 +247,7 @@ func (r *resolver) resolve(ctx context.Context) (*Set, error) {
 	if err := r.extract(specs, arts); err != nil {
 		return nil, err
 	}
-	if err := inspectImages(specs, arts); err != nil {
+	if err := inspectImages(r.cache, specs, arts); err != nil {
 		return nil, err
 	}
 

@@ -2,6 +2,7 @@ package release
 
 import (
 	"archive/tar"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -328,4 +329,53 @@ func TestWorkerOfflineAndBundle(t *testing.T) {
 			t.Errorf("bundle entries %v", got)
 		}
 	})
+}
+
+// What an image tarball holds is kept in the cache's image memo under its
+// sha256, so a later run does not read its layers again; a plan (NoLockWrite)
+// reads the memo but writes none.
+func TestImageMemo(t *testing.T) {
+	m := newMirror(t, "v3.6.16", "v1.36.3")
+	o := workerOpts(t, m)
+	o.NoLockWrite = true
+	_, _ = Resolve(ctx, o) // whether it resolves or not, it must not write the memo
+	memo := filepath.Join(o.CacheDir, "images")
+	if _, err := os.Stat(memo); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a plan wrote the image memo: %v", err)
+	}
+	o.NoLockWrite = false
+	s, err := Resolve(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(memo)
+	if err != nil || strings.Count(string(b), "\n") != 2 {
+		t.Fatalf("image memo after a run: %q %v", b, err)
+	}
+	// The memo answers: a line naming another ID for pause's tarball is
+	// what the next run reports (nothing reads the tarball again).
+	pause, _ := s.Get("image:registry.k8s.io/pause:3.10.2")
+	fake := "sha256:" + strings.Repeat("ab", 32)
+	lines := strings.Replace(string(b), pause.Image.ID, fake, 1)
+	if err := os.WriteFile(memo, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Resolve(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := s2.Get("image:registry.k8s.io/pause:3.10.2"); p.Image.ID != fake {
+		t.Errorf("second run inspected the tarball again: %s", p.Image.ID)
+	}
+	// A damaged memo costs an inspection, never a wrong answer from junk.
+	if err := os.WriteFile(memo, []byte(pause.SHA256+" registry.k8s.io/pause:3.10.2\tjunk\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s3, err := Resolve(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := s3.Get("image:registry.k8s.io/pause:3.10.2"); p.Image.ID != pause.Image.ID {
+		t.Errorf("after a damaged memo: %s, want %s", p.Image.ID, pause.Image.ID)
+	}
 }
