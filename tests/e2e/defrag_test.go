@@ -21,6 +21,7 @@ import (
 
 	"github.com/hardway/hardway/pkg/etcd"
 	"github.com/hardway/hardway/pkg/kube"
+	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/state"
 	"github.com/hardway/hardway/pkg/verify"
 )
@@ -53,7 +54,14 @@ func (e *env) labClients(t *testing.T) (kubernetes.Interface, *etcd.Client, []st
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := readPool(st.Cert("ca"))
+	// etcd's server certificates are signed by what its trust bundle
+	// holds: the etcd CA in a cluster made since etcd got one, the cluster
+	// CA in an older one.
+	trust := st.Cert(pki.EtcdTrustBundle)
+	if _, err := os.Stat(trust); err != nil {
+		trust = st.Cert("ca")
+	}
+	pool, err := readPool(trust)
 	if err != nil {
 		t.Fatal(err)
 	}
