@@ -13,11 +13,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/hardway/hardway/pkg/etcd"
 	"github.com/hardway/hardway/pkg/inventory"
@@ -235,46 +232,10 @@ func (e *env) etcdCAScenarios(t *testing.T) {
 		}
 		a := e.startAvailability(t)
 		start := time.Now()
-		cmd := exec.Command(bin, "rotate", "ca", "--which", "etcd", "-i", e.inv)
-		var outb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &outb, &outb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
 		// SIGKILL by its PID as soon as phase 1 (trust-both) is recorded:
 		// the bundle is on every host, the leaves are still the old ones.
-		done := -1
-		deadline := time.Now().Add(8 * time.Minute)
-	wait:
-		for time.Now().Before(deadline) {
-			select {
-			case err := <-exited:
-				a.end(t)
-				t.Fatalf("rotate ended before phase 1 was recorded: %v\n%s", err, outb.String())
-			default:
-			}
-			var rec struct {
-				Done int `yaml:"done"`
-			}
-			if data, err := os.ReadFile(record); err == nil && yaml.Unmarshal(data, &rec) == nil && rec.Done >= 1 {
-				if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
-					t.Fatal(err)
-				}
-				done = rec.Done
-				break wait
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if done < 0 {
-			syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-			a.end(t)
-			t.Fatalf("phase 1 was not recorded in time:\n%s", outb.String())
-		}
-		err := <-exited
-		t.Logf("killed after phase %d was recorded (%v):\n%s", done, err, outb.String())
+		done, log, err := killWhenRecorded(t, exec.Command(bin, "rotate", "ca", "--which", "etcd", "-i", e.inv), record, 1, 8*time.Minute, func() { a.end(t) })
+		t.Logf("killed after phase %d was recorded (%v):\n%s", done, err, log)
 		// Mid-rotation, up refuses and names the command that finishes it.
 		code, out, errs = e.hardway("up", "--dry-run")
 		if code == 0 || !strings.Contains(errs, "a CA rotation is under way") || !strings.Contains(errs, "hardway rotate ca --which etcd") {

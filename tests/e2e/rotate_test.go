@@ -319,46 +319,8 @@ func (e *env) rotateScenarios(t *testing.T) {
 		since := e.activeSince()
 		a := e.startAvailability(t)
 		start := time.Now()
-		cmd := exec.Command(bin, "rotate", "encryption-key", "-i", e.inv)
-		var outb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &outb, &outb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		// Kill it (SIGKILL, by its PID) as soon as step 2 is recorded.
-		done := -1
-		deadline := time.Now().Add(6 * time.Minute)
-	wait:
-		for time.Now().Before(deadline) {
-			select {
-			case err := <-exited:
-				t.Fatalf("rotate ended before step 2 was recorded: %v\n%s", err, outb.String())
-			default:
-			}
-			var rec struct {
-				Done int `yaml:"done"`
-			}
-			if data, err := os.ReadFile(progress); err == nil && yaml.Unmarshal(data, &rec) == nil && rec.Done >= 2 {
-				if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
-					t.Fatal(err)
-				}
-				done = rec.Done
-				break wait
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if done < 0 {
-			syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-			t.Fatalf("step 2 was not recorded in time:\n%s", outb.String())
-		}
-		err := <-exited
-		t.Logf("killed after step %d was recorded (%v):\n%s", done, err, outb.String())
-		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("rotate was not killed: %v", err)
-		}
+		done, log, err := killWhenRecorded(t, exec.Command(bin, "rotate", "encryption-key", "-i", e.inv), progress, 2, 6*time.Minute, nil)
+		t.Logf("killed after step %d was recorded (%v):\n%s", done, err, log)
 		// Mid-rotation, up's guard accepts the state directory and says so.
 		code, out, errs = e.hardway("up", "--dry-run", "--only", "identity")
 		if code != 0 || !strings.Contains(out, "rotation to secretbox/key") || !strings.Contains(out, "is under way") {
@@ -387,4 +349,54 @@ func (e *env) rotateScenarios(t *testing.T) {
 			t.Errorf("up after the rotation:\n%s", out)
 		}
 	})
+}
+
+// killWhenRecorded starts cmd (a hardway run that records its progress as
+// "done: N" in record) and SIGKILLs it by its PID as soon as step or phase
+// `at` is recorded: the run a user's ^C or a power cut interrupts. It fails t
+// when the run ends first or the step is not recorded within `within`;
+// onFail (may be nil) runs first then (e.g. to stop a poller). It returns the
+// recorded step, the run's output and its exit error.
+func killWhenRecorded(t *testing.T, cmd *exec.Cmd, record string, at int, within time.Duration, onFail func()) (int, string, error) {
+	t.Helper()
+	fail := func(format string, args ...any) {
+		t.Helper()
+		if onFail != nil {
+			onFail()
+		}
+		t.Fatalf(format, args...)
+	}
+	var outb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &outb, &outb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			fail("%s ended before step %d was recorded: %v\n%s", cmd.Args[1], at, err, outb.String())
+		default:
+		}
+		var rec struct {
+			Done int `yaml:"done"`
+		}
+		if data, err := os.ReadFile(record); err == nil && yaml.Unmarshal(data, &rec) == nil && rec.Done >= at {
+			if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			err := <-exited
+			if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				fail("%s was not killed: %v\n%s", cmd.Args[1], err, outb.String())
+			}
+			return rec.Done, outb.String(), err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+	fail("step %d was not recorded within %s:\n%s", at, within, outb.String())
+	return 0, "", nil
 }
