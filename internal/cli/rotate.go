@@ -13,6 +13,7 @@ import (
 	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/plan"
 	"github.com/hardway/hardway/pkg/runlog"
+	"github.com/hardway/hardway/pkg/state"
 	"github.com/hardway/hardway/pkg/usererr"
 )
 
@@ -83,24 +84,13 @@ that provider.`,
 			if err := checkOutputFlag(o.output); err != nil {
 				return err
 			}
-			inv, st, lock, err := a.loadLocked(cmd)
+			st, c, out, lg, done, err := a.startRotation(cmd, o.output, o.acceptNewHostKeys,
+				fmt.Sprintf("rotate encryption-key: inventory %s; dry-run=%v provider=%q", a.InventoryPath, o.dryRun, o.provider))
 			if err != nil {
 				return err
 			}
-			defer lock.Unlock()
+			defer done()
 			ctx := cmd.Context()
-			out := a.Stdout
-			if o.output == "json" {
-				out = a.Stderr
-			}
-			lg, err := runlog.Open(st.LogDir(), "rotate", time.Now())
-			if err != nil {
-				return err
-			}
-			lg.Printf("rotate encryption-key: inventory %s; dry-run=%v provider=%q", a.InventoryPath, o.dryRun, o.provider)
-			out = io.MultiWriter(out, lg)
-			c := cluster.New(inv, cluster.Options{State: st, Out: out, AcceptNewHostKeys: o.acceptNewHostKeys, Trace: lg.Command})
-			defer c.Close()
 			rot := c.EncryptionRotation(cluster.RotateOptions{Provider: o.provider, ReloadTimeout: o.reloadTimeout, DryRun: o.dryRun})
 			start := time.Now()
 			if err := rot.Preflight(ctx); err != nil {
@@ -203,24 +193,13 @@ points the apiservers' --etcd-cafile at the bundle.`,
 			if _, err := pki.LookupCATarget(o.which); err != nil {
 				return err
 			}
-			inv, st, lock, err := a.loadLocked(cmd)
+			_, c, out, lg, done, err := a.startRotation(cmd, o.output, o.acceptNewHostKeys,
+				fmt.Sprintf("rotate ca: inventory %s; which=%s dry-run=%v", a.InventoryPath, o.which, o.dryRun))
 			if err != nil {
 				return err
 			}
-			defer lock.Unlock()
+			defer done()
 			ctx := cmd.Context()
-			out := a.Stdout
-			if o.output == "json" {
-				out = a.Stderr
-			}
-			lg, err := runlog.Open(st.LogDir(), "rotate", time.Now())
-			if err != nil {
-				return err
-			}
-			lg.Printf("rotate ca: inventory %s; which=%s dry-run=%v", a.InventoryPath, o.which, o.dryRun)
-			out = io.MultiWriter(out, lg)
-			c := cluster.New(inv, cluster.Options{State: st, Out: out, AcceptNewHostKeys: o.acceptNewHostKeys, Trace: lg.Command})
-			defer c.Close()
 			rot := c.CARotation(cluster.CARotateOptions{Which: o.which, DryRun: o.dryRun})
 			start := time.Now()
 			if err := rot.Preflight(ctx); err != nil {
@@ -267,4 +246,29 @@ points the apiservers' --etcd-cafile at the bundle.`,
 	f.StringVarP(&o.output, "output", "o", "text", "text, or json: the result as JSON on stdout (progress goes to stderr)")
 	f.BoolVar(&o.acceptNewHostKeys, "accept-new-host-keys", false, "trust and record the key of a host not yet in known_hosts (a changed key is always refused)")
 	return cmd
+}
+
+// startRotation is what both rotations set up: the state directory's lock,
+// a run log that starts with header, and a cluster whose progress goes to
+// stdout and the log (to stderr with -o json, whose result is stdout's).
+// done closes the cluster and releases the lock.
+func (a *App) startRotation(cmd *cobra.Command, output string, acceptNewHostKeys bool, header string) (
+	st state.Dir, c *cluster.Cluster, out io.Writer, lg *runlog.Log, done func(), err error) {
+	inv, st, lock, err := a.loadLocked(cmd)
+	if err != nil {
+		return "", nil, nil, nil, nil, err
+	}
+	lg, err = runlog.Open(st.LogDir(), "rotate", time.Now())
+	if err != nil {
+		lock.Unlock()
+		return "", nil, nil, nil, nil, err
+	}
+	lg.Printf("%s", header)
+	out = a.Stdout
+	if output == "json" {
+		out = a.Stderr
+	}
+	out = io.MultiWriter(out, lg)
+	c = cluster.New(inv, cluster.Options{State: st, Out: out, AcceptNewHostKeys: acceptNewHostKeys, Trace: lg.Command})
+	return st, c, out, lg, func() { c.Close(); lock.Unlock() }, nil
 }
