@@ -238,7 +238,7 @@ func (r *CARotation) ApplyState(dir state.Dir, phase int) error {
 		}
 	}
 	if !fsutil.SameContent(dir.Cert(t.CA), []byte(r.NewCert)) || !fsutil.SameContent(dir.Key(t.CA), []byte(r.NewKey)) {
-		if err := writePair(dir, t.CA, []byte(r.NewCert), []byte(r.NewKey)); err != nil {
+		if err := dir.WritePair(t.CA, []byte(r.NewCert), []byte(r.NewKey)); err != nil {
 			return err
 		}
 	}

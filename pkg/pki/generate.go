@@ -17,7 +17,6 @@ import (
 	"github.com/cloudflare/cfssl/config"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/hardway/hardway/pkg/fsutil"
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/state"
 	"github.com/hardway/hardway/pkg/usererr"
@@ -247,7 +246,7 @@ func ensureCA(e Entry, entries []Entry, inv *inventory.Inventory, dir state.Dir,
 		if err != nil {
 			return res, nil, err
 		}
-		if err := writePair(dir, e.Name, certPEM, keyPEM); err != nil {
+		if err := dir.WritePair(e.Name, certPEM, keyPEM); err != nil {
 			return res, nil, err
 		}
 		res.Status = Created
@@ -334,7 +333,7 @@ func ensureLeaf(e Entry, is *issuer, inv *inventory.Inventory, dir state.Dir, no
 	if err != nil {
 		return res, err
 	}
-	if err := writePair(dir, e.Name, certPEM, keyPEM); err != nil {
+	if err := dir.WritePair(e.Name, certPEM, keyPEM); err != nil {
 		return res, err
 	}
 	c, err := parseCert(certPEM)
@@ -504,14 +503,4 @@ func readOptional(path string) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	return b, nil
-}
-
-// writePair writes the key first: a crash between the two writes leaves a
-// certificate that does not match its key, which the next run reissues,
-// rather than a matching pair that is silently old.
-func writePair(dir state.Dir, name string, certPEM, keyPEM []byte) error {
-	if err := fsutil.WriteFile(dir.Key(name), keyPEM, 0o600); err != nil {
-		return err
-	}
-	return fsutil.WriteFile(dir.Cert(name), certPEM, 0o644)
 }

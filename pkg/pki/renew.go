@@ -128,7 +128,7 @@ func Renew(ctx context.Context, inv *inventory.Inventory, dir state.Dir, leaves 
 		if err != nil {
 			return out, err
 		}
-		if err := writePair(dir, e.Name, certPEM, keyPEM); err != nil {
+		if err := dir.WritePair(e.Name, certPEM, keyPEM); err != nil {
 			return out, err
 		}
 		c, err := parseCert(certPEM)

@@ -145,7 +145,7 @@ func TestKubeletClientLeavesSystemMasters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writePair(dir, e.Name, certPEM, kPEM); err != nil {
+	if err := dir.WritePair(e.Name, certPEM, kPEM); err != nil {
 		t.Fatal(err)
 	}
 	r := byName(generate(t, inv, dir, Options{}))["certificate/apiserver-kubelet-client"]

@@ -73,6 +73,12 @@ func (d Dir) Lock(ctx context.Context, what string, wait time.Duration) (*Lock, 
 		}
 	}
 	l := &Lock{f: f}
+	// A process killed while it replaced a key pair left a redo record:
+	// finish it before this one reads the pair.
+	if _, err := d.FinishPairs(); err != nil {
+		_ = l.Unlock()
+		return nil, err
+	}
 	info := fmt.Sprintf("pid=%d\ncommand=%s\nsince=%s\n", os.Getpid(), oneLine(what), time.Now().UTC().Format(time.RFC3339))
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(info), 0) // only for messages: a failure here changes nothing
