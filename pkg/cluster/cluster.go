@@ -89,6 +89,7 @@ type Cluster struct {
 	kubeMu    sync.Mutex // guards kubes and apiPicked
 	kubes     map[string]kubernetes.Interface
 	apiPicked *inventory.Host // see apiHost
+	apiPickMu sync.Mutex      // one apiHost pick at a time
 }
 
 // etcdAPI is what the steps and checks ask etcd; *etcd.Client is one.

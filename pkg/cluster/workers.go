@@ -77,47 +77,76 @@ func (c *Cluster) kubeClient() (kubernetes.Interface, error) {
 const apiProbeTimeout = 5 * time.Second
 
 // apiHost is the control-plane host whose apiserver serves the cluster-wide
-// API calls (Nodes, RBAC, DNS, the encryption probe): the first one listed
-// that answers /readyz, picked once per run. With the first controller
-// powered off, verify and up then still reach the API through another one;
-// the per-host checks still report the lost one. When none answers, it is
-// the first, and the callers' errors say why.
+// API calls (Nodes, RBAC, DNS, the encryption probe): one that answers
+// /readyz, picked once per run. With a controller powered off, verify and
+// up still reach the API through another one; the per-host checks still
+// report the lost one.
+//
+// All hosts are asked at once and the first ready answer wins: asked one
+// after another, a powered-off first host and two slow ones (a loaded
+// machine) used up every probe's timeout, and the pick fell back to the
+// powered-off host. When none is ready in time, it is the first host that
+// took an SSH connection (its apiserver may only be slow), else the first
+// listed, and the callers' errors say why; that pick is not kept.
 func (c *Cluster) apiHost() inventory.Host {
+	// One pick at a time: verify's checks all ask at once.
+	c.apiPickMu.Lock()
+	defer c.apiPickMu.Unlock()
 	c.kubeMu.Lock()
 	picked := c.apiPicked
 	c.kubeMu.Unlock()
 	if picked != nil {
 		return *picked
 	}
-	pick := c.Inv.ControlPlane[0]
-	for _, h := range c.Inv.ControlPlane {
-		if c.apiReady(h) {
-			pick = h
+	type answer struct {
+		i            int
+		ready, dials bool
+	}
+	cps := c.Inv.ControlPlane
+	answers := make(chan answer, len(cps))
+	for i, h := range cps {
+		go func() {
+			ready, dials := c.apiReady(h)
+			answers <- answer{i, ready, dials}
+		}()
+	}
+	reached := -1
+	for range cps {
+		a := <-answers
+		if a.ready {
+			pick := cps[a.i]
 			c.kubeMu.Lock()
 			c.apiPicked = &pick
 			c.kubeMu.Unlock()
-			break
+			return pick
+		}
+		if a.dials && (reached < 0 || a.i < reached) {
+			reached = a.i
 		}
 	}
-	return pick
+	if reached >= 0 {
+		return cps[reached]
+	}
+	return cps[0]
 }
 
-// apiReady asks h's apiserver for /readyz through h's SSH connection.
-func (c *Cluster) apiReady(h inventory.Host) bool {
+// apiReady asks h's apiserver for /readyz through h's SSH connection, and
+// says whether that connection could be made.
+func (c *Cluster) apiReady(h inventory.Host) (ready, dials bool) {
 	cs, err := c.Kube(h)
 	if err != nil {
-		return false
+		return false, false
 	}
 	rc := cs.Discovery().RESTClient()
 	if rc == nil {
-		return true // a fake client in unit tests: nothing to ask
+		return true, true // a fake client in unit tests: nothing to ask
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), apiProbeTimeout)
 	defer cancel()
 	if _, err := c.Host(ctx, h.Name); err != nil {
-		return false
+		return false, false
 	}
-	return rc.Get().AbsPath("/readyz").Do(ctx).Error() == nil
+	return rc.Get().AbsPath("/readyz").Do(ctx).Error() == nil, true
 }
 
 func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan.Action, error) {
