@@ -11,16 +11,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
 
 // renewScenarios is issue 12 §2's acceptance: `hardway certs renew --all`
-// on a cluster that holds a Secret. A poller asks, every ~200 ms, whether
-// any apiserver answers /readyz and how many etcd members answer; every
-// poll must see a ready apiserver and at least two of the three members
-// (quorum). Afterwards the Secret reads back, every leaf has a new serial —
+// on a cluster that holds a Secret. The availability pollers (see
+// startAvailability) ask every ~200 ms whether any apiserver answers
+// /readyz and whether etcd serves a linearizable read (quorum); every poll
+// must succeed. (A first poller counted the members that answered a status
+// request within 2 s, and on a loaded machine a slow member counted as a
+// lost quorum.) Afterwards the Secret reads back, every leaf has a new serial —
 // in the state directory and as the apiservers and etcd members serve it —
 // and verify passes. It depends only on the cold up, and leaves the cluster
 // converged.
@@ -115,16 +116,12 @@ func (e *env) renewScenarios(t *testing.T) {
 			}
 		}
 
-		p := e.startPoller(t)
+		a := e.startAvailability(t)
 		code, out, errs := e.hardway("certs", "renew", "--all", "--cache-dir", e.cacheDir)
-		polls, bad := p.stop()
+		a.end(t)
 		t.Logf("certs renew:\n%s", out)
-		t.Logf("%d polls during the renewal, %d bad", polls, len(bad))
 		if code != 0 {
 			t.Fatalf("certs renew --all: exit %d\n%s\n%s", code, out, errs)
-		}
-		if polls < 20 || len(bad) > 0 {
-			t.Errorf("%d polls, %d without a ready apiserver or an etcd quorum:\n  %s", polls, len(bad), strings.Join(bad, "\n  "))
 		}
 
 		got, err := exec.Command(kubectl, "--kubeconfig", kc, "--server", srv, "get", "secret", "hardway-e2e-renew",
@@ -196,70 +193,4 @@ func (e *env) servedSerials(t *testing.T, st string) map[string]string {
 		}
 	}
 	return out
-}
-
-// poller asks, every ~200 ms, from controller-1 (one SSH command per poll):
-// does any apiserver answer /readyz with ok, and how many etcd members
-// answer a status request. It runs until stop, at most 15 minutes.
-type poller struct {
-	done  chan struct{}
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	polls int
-	bad   []string
-}
-
-func (e *env) startPoller(t *testing.T) *poller {
-	t.Helper()
-	var ips, eps []string
-	for _, h := range e.res.Hosts {
-		ips = append(ips, h.Address)
-		eps = append(eps, "https://"+net.JoinHostPort(h.Address, "2379"))
-	}
-	// The poller's own etcd client certificate: a copy taken before the
-	// renewal (the old one stays valid: same CA), so that the renewal of
-	// the host's copy never shows as a lost quorum.
-	setup := "install -m 0600 /var/lib/kubernetes/apiserver-etcd-client.crt /root/e2e-poll.crt && " +
-		"install -m 0600 /var/lib/kubernetes/apiserver-etcd-client.key /root/e2e-poll.key"
-	if out, err := e.ssh("controller-1", setup); err != nil {
-		t.Fatalf("poller setup: %v %s", err, out)
-	}
-	script := fmt.Sprintf(`r=0; for ip in %s; do if [ "$(curl -sk --max-time 2 https://$ip:6443/readyz)" = ok ]; then r=1; break; fi; done
-n=$(etcdctl --endpoints %s --cacert /etc/etcd/ca.crt --cert /root/e2e-poll.crt --key /root/e2e-poll.key --dial-timeout 1s --command-timeout 2s endpoint status -w simple 2>/dev/null | grep -c '^https://')
-echo "ready=$r members=$n"`, strings.Join(ips, " "), strings.Join(eps, ","))
-	p := &poller{done: make(chan struct{})}
-	deadline := time.Now().Add(15 * time.Minute)
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for time.Now().Before(deadline) {
-			select {
-			case <-p.done:
-				return
-			default:
-			}
-			at := time.Now().Format("15:04:05.000")
-			out, err := e.ssh("controller-1", script)
-			line := strings.TrimSpace(out)
-			p.mu.Lock()
-			p.polls++
-			var members int
-			var ready int
-			if _, serr := fmt.Sscanf(line, "ready=%d members=%d", &ready, &members); err != nil || serr != nil || ready != 1 || members < 2 {
-				p.bad = append(p.bad, fmt.Sprintf("%s: %q (%v)", at, line, err))
-			}
-			p.mu.Unlock()
-			time.Sleep(200 * time.Millisecond)
-		}
-	}()
-	return p
-}
-
-// stop ends the poller and returns the number of polls and the bad ones.
-func (p *poller) stop() (int, []string) {
-	close(p.done)
-	p.wg.Wait()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.polls, p.bad
 }

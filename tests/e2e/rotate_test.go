@@ -112,6 +112,8 @@ func (e *env) startAvailability(t *testing.T) *availability {
 // while the poller runs (the trust bundle: cluster CA or etcd CA, both
 // during the rotation; apiserver-etcd-client reissued from the new CA).
 func reloadingEtcdTLS(pkiDir string) *tls.Config {
+	var mu sync.Mutex
+	var last *tls.Certificate
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		// The chain is verified below, against the files of the moment.
@@ -134,8 +136,19 @@ func reloadingEtcdTLS(pkiDir string) *tls.Config {
 			return err
 		},
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			// The pair is read without the state directory's lock: caught
+			// between its key and its certificate being replaced, it does
+			// not match, and the last whole pair is still valid.
+			mu.Lock()
+			defer mu.Unlock()
 			c, err := tls.LoadX509KeyPair(filepath.Join(pkiDir, "apiserver-etcd-client.crt"), filepath.Join(pkiDir, "apiserver-etcd-client.key"))
-			return &c, err
+			if err == nil {
+				last = &c
+			}
+			if last == nil {
+				return nil, err
+			}
+			return last, nil
 		},
 	}
 }
