@@ -26,11 +26,12 @@ const cmdLines = 40
 
 // Log is one run's log file. Its methods may be called concurrently.
 type Log struct {
-	mu    sync.Mutex
-	f     *os.File
-	path  string
-	start time.Time
-	now   func() time.Time
+	mu      sync.Mutex
+	f       *os.File
+	partial []byte // the start of a line not yet ended (see Write)
+	path    string
+	start   time.Time
+	now     func() time.Time
 }
 
 // Open creates dir (0700) and in it <kind>-YYYYMMDD-HHMM.log (0600), with a
@@ -93,19 +94,40 @@ func (l *Log) Path() string { return l.path }
 
 func (l *Log) stamp() string { return l.now().UTC().Format("15:04:05.000") }
 
-// Write logs p, a line or more of progress, each line stamped.
+// Write logs p, a line or more of progress, each line stamped. A line
+// written in pieces (a table's cells, from a tabwriter) is held until its
+// end, so that it is logged as one stamped line, not one per piece.
 func (l *Log) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-		fmt.Fprintf(l.f, "%s %s\n", l.stamp(), line)
+	l.partial = append(l.partial, p...)
+	for {
+		i := strings.IndexByte(string(l.partial), '\n')
+		if i < 0 {
+			break
+		}
+		fmt.Fprintf(l.f, "%s %s\n", l.stamp(), l.partial[:i])
+		l.partial = l.partial[i+1:]
 	}
 	return len(p), nil
 }
 
-// Printf logs one line.
+// flushPartial logs a held piece of a line; the caller holds mu.
+func (l *Log) flushPartial() {
+	if len(l.partial) > 0 {
+		fmt.Fprintf(l.f, "%s %s\n", l.stamp(), l.partial)
+		l.partial = nil
+	}
+}
+
+// Printf logs one line, on a line of its own.
 func (l *Log) Printf(format string, args ...any) {
-	fmt.Fprintf(l, format+"\n", args...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.flushPartial()
+	for _, line := range strings.Split(strings.TrimRight(fmt.Sprintf(format, args...), "\n"), "\n") {
+		fmt.Fprintf(l.f, "%s %s\n", l.stamp(), line)
+	}
 }
 
 // Command logs a command run on a host: when, how long, its exit status,
@@ -135,6 +157,7 @@ func (l *Log) Command(t remote.Trace) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.flushPartial()
 	io.WriteString(l.f, b.String())
 }
 
@@ -147,6 +170,7 @@ func (l *Log) End(err error) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.flushPartial()
 	return l.f.Close()
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"text/tabwriter"
 	"time"
 
 	"github.com/hardway/hardway/pkg/remote"
@@ -87,5 +88,41 @@ func TestPruneKeepsTheNewest(t *testing.T) {
 	}
 	if strings.Join(names, " ") != "notes.txt up-3.log up-4.log" {
 		t.Fatalf("left %v", names)
+	}
+}
+
+// A table written cell by cell (a tabwriter flushes in pieces) is logged
+// one stamped line per row, not one per cell; a piece left at the end is
+// logged by End.
+func TestWriteJoinsPiecesOfALine(t *testing.T) {
+	l, err := Open(t.TempDir(), "verify", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := tabwriter.NewWriter(l, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECK\tHOST\tSTATUS")
+	fmt.Fprintln(tw, "etcd/health\tcontroller-1\tpass")
+	tw.Flush()
+	for _, piece := range []string{"sta", "rt of a ", "line\nand a tail"} {
+		l.Write([]byte(piece))
+	}
+	l.End(nil)
+	b, err := os.ReadFile(l.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		got = append(got, strings.TrimRight(line[len("15:04:05.000 "):], " "))
+	}
+	want := []string{"hardway verify, started", "CHECK        HOST          STATUS", "etcd/health  controller-1  pass",
+		"start of a line", "and a tail", "done in"}
+	if len(got) != len(want) {
+		t.Fatalf("log lines:\n%s", strings.Join(got, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("line %d: %q, want %q", i, got[i], want[i])
+		}
 	}
 }
