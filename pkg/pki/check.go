@@ -3,6 +3,7 @@ package pki
 import (
 	"crypto"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -71,13 +72,25 @@ func Check(inv *inventory.Inventory, dir state.Dir, now time.Time) []CheckResult
 		out = append(out, CheckResult{Name: EtcdCA, Kind: KindCA, CN: "etcd-ca", State: CheckFailed, Problems: []string{err.Error()}, Path: dir.Cert(EtcdCA)})
 		entries = entriesWith(inv, CA)
 	}
+	// Between a CA rotation's first phase and its second, the leaves are
+	// still signed by the old CA, which everything still trusts: that is
+	// the rotation's own order, not a fault (the rotation's warning says
+	// what finishes it).
+	oldCAs := map[string]*CARotation{}
+	if rs, err := CARotationsUnderWay(dir); err == nil {
+		for _, r := range rs {
+			if r.Done < PhaseReissue {
+				oldCAs[r.Target().CA] = r
+			}
+		}
+	}
 	for _, e := range entries {
 		r := CheckResult{Name: e.Name, Kind: KindCertificate, CN: e.CN, CA: e.CA, State: CheckOK, Path: dir.Cert(e.Name)}
 		if e.IsCA() {
 			r.Kind = KindCA
 			cas[e.Name] = checkCA(&r, e, inv, dir, now)
 		} else {
-			checkLeaf(&r, e, cas[e.CA], dir, now)
+			checkLeaf(&r, e, cas[e.CA], oldCAs[e.CA], dir, now)
 		}
 		out = append(out, r)
 	}
@@ -151,13 +164,17 @@ func checkCA(r *CheckResult, e Entry, inv *inventory.Inventory, dir state.Dir, n
 	return cert
 }
 
-func checkLeaf(r *CheckResult, e Entry, ca *x509.Certificate, dir state.Dir, now time.Time) {
+func checkLeaf(r *CheckResult, e Entry, ca *x509.Certificate, rot *CARotation, dir state.Dir, now time.Time) {
 	cert, _ := loadPair(r, dir, e.Name)
 	if cert == nil {
 		return
 	}
 	if ca != nil && cert.CheckSignatureFrom(ca) != nil {
-		r.fail("not signed by the current %s", e.CA)
+		if old, err := rotationOldCA(rot); err == nil && cert.CheckSignatureFrom(old) == nil {
+			r.warn("signed by the old %s: the CA rotation under way reissues it (hardway rotate ca --which %s)", e.CA, rot.Which)
+		} else {
+			r.fail("not signed by the current %s", e.CA)
+		}
 	}
 	if why := subjectDiff(e, cert); why != "" {
 		r.fail("%s", why)
@@ -179,6 +196,14 @@ func checkLeaf(r *CheckResult, e Entry, ca *x509.Certificate, dir state.Dir, now
 		r.warn("SANs no longer in the inventory: %s (hardway pki reissues it)", strings.Join(extra, ", "))
 	}
 	checkExpiry(r, cert, now, "hardway certs renew "+e.Name+" reissues it")
+}
+
+// rotationOldCA is the CA a rotation replaces; an error without one.
+func rotationOldCA(rot *CARotation) (*x509.Certificate, error) {
+	if rot == nil {
+		return nil, errors.New("no rotation")
+	}
+	return parseCert([]byte(rot.OldCert))
 }
 
 func checkServiceAccount(dir state.Dir) CheckResult {

@@ -2,6 +2,7 @@ package pki
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,17 @@ func TestCARotationState(t *testing.T) {
 		}
 		if got, _ := os.ReadFile(dir.Cert(EtcdTrustBundle)); string(got) != strings.TrimSpace(oldPEM)+"\n"+r.NewCert {
 			t.Errorf("phase 1 bundle:\n%s", got)
+		}
+		// Between phases 1 and 2 the leaves signed by the old CA are the
+		// rotation's order, not a fault: Check warns and names the command.
+		for _, res := range Check(inv, dir, time.Now()) {
+			if res.State == CheckFailed {
+				t.Errorf("check between phases 1 and 2: %s failed: %v", res.Name, res.Problems)
+			}
+			if slices.Contains(etcdRows, res.Name) &&
+				!slices.ContainsFunc(res.Problems, func(p string) bool { return strings.Contains(p, "hardway rotate ca --which etcd") }) {
+				t.Errorf("check between phases 1 and 2: %s: %v, want the rotation named", res.Name, res.Problems)
+			}
 		}
 		if _, err := Generate(t.Context(), inv, dir, Options{}); err == nil || !strings.Contains(usererr.HintOf(err), "hardway rotate ca --which etcd") {
 			t.Errorf("generate during a rotation: %v", err)
