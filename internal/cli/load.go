@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -39,7 +40,20 @@ func (a *App) loadLocked(cmd *cobra.Command) (*inventory.Inventory, state.Dir, *
 		return nil, "", nil, err
 	}
 	dir := a.stateDir(inv)
-	lock, err := dir.Lock(cmd.Context(), fmt.Sprintf("%s -i %s", cmd.CommandPath(), a.InventoryPath), state.DefaultLockWait)
+	what := fmt.Sprintf("%s -i %s", cmd.CommandPath(), a.InventoryPath)
+	// A plan only reads: it leaves a killed run's unfinished pair write to
+	// the next real run (Lock finishes it), and says so.
+	if f := cmd.Flags().Lookup("dry-run"); f != nil && f.Value.String() == "true" {
+		lock, err := dir.LockReadOnly(cmd.Context(), what, state.DefaultLockWait)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		if p := dir.PendingPairs(); len(p) > 0 {
+			fmt.Fprintf(a.Stderr, "warning: a killed run left the write of %s unfinished; the next run without --dry-run finishes it first, and this plan reads the pair as it is\n", strings.Join(p, ", "))
+		}
+		return inv, dir, lock, nil
+	}
+	lock, err := dir.Lock(cmd.Context(), what, state.DefaultLockWait)
 	if err != nil {
 		return nil, "", nil, err
 	}

@@ -39,7 +39,25 @@ const lockPoll = 100 * time.Millisecond
 // the holder. what describes this process for the next one to wait
 // ("hardway up -i inventory.yaml"). The lock is released by Unlock, or by
 // the kernel when the process ends: a crashed holder never leaves it stuck.
+//
+// A process killed while it replaced a key pair left a redo record: Lock
+// finishes it (see WritePair) before the holder reads the pair. A holder
+// that only plans (--dry-run) takes LockReadOnly instead.
 func (d Dir) Lock(ctx context.Context, what string, wait time.Duration) (*Lock, error) {
+	l, err := d.LockReadOnly(ctx, what, wait)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.FinishPairs(); err != nil {
+		_ = l.Unlock()
+		return nil, err
+	}
+	return l, nil
+}
+
+// LockReadOnly is Lock for a holder that changes nothing (a plan): it leaves
+// an unfinished pair write as it is; PendingPairs names them.
+func (d Dir) LockReadOnly(ctx context.Context, what string, wait time.Duration) (*Lock, error) {
 	if err := os.MkdirAll(string(d), 0o700); err != nil {
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
@@ -73,12 +91,6 @@ func (d Dir) Lock(ctx context.Context, what string, wait time.Duration) (*Lock, 
 		}
 	}
 	l := &Lock{f: f}
-	// A process killed while it replaced a key pair left a redo record:
-	// finish it before this one reads the pair.
-	if _, err := d.FinishPairs(); err != nil {
-		_ = l.Unlock()
-		return nil, err
-	}
 	info := fmt.Sprintf("pid=%d\ncommand=%s\nsince=%s\n", os.Getpid(), oneLine(what), time.Now().UTC().Format(time.RFC3339))
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(info), 0) // only for messages: a failure here changes nothing

@@ -57,6 +57,16 @@ func (d Dir) writePairFiles(name string, certPEM, keyPEM []byte) error {
 	return fsutil.WriteFile(d.Cert(name), certPEM, 0o644)
 }
 
+// PendingPairs names the pairs whose write a killed process left unfinished.
+func (d Dir) PendingPairs() []string {
+	recs, _ := filepath.Glob(filepath.Join(d.PKIDir(), "*"+pendingSuffix))
+	var out []string
+	for _, p := range recs {
+		out = append(out, strings.TrimSuffix(filepath.Base(p), pendingSuffix))
+	}
+	return out
+}
+
 // FinishPairs completes every pair write that a killed process left behind
 // (see WritePair) and returns their names. Lock calls it, so every command
 // that uses the state directory sees whole pairs.
