@@ -22,14 +22,7 @@ import (
 // calls go through the next one that is (verify's Node checks failed with
 // the first controller powered off), and the pick is made once per run.
 func TestAPIHostSkipsAnUnreadyController(t *testing.T) {
-	inv, err := inventory.Parse("inv.yaml", t.TempDir()+"/inv.yaml", []byte(`controlPlane:
-  - {name: c1, address: 10.240.0.11}
-  - {name: c2, address: 10.240.0.12}
-  - {name: c3, address: 10.240.0.13}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	inv := threeHosts(t)
 	var asked [3]atomic.Int32
 	servers := map[string]*httptest.Server{}
 	for i, name := range []string{"c1", "c2", "c3"} {
@@ -70,14 +63,7 @@ func TestAPIHostSkipsAnUnreadyController(t *testing.T) {
 // and the others slow on a loaded machine, verify's cluster-wide checks
 // all went to the powered-off host. Such a pick is not kept.
 func TestAPIHostFallsBackToAReachableController(t *testing.T) {
-	inv, err := inventory.Parse("inv.yaml", t.TempDir()+"/inv.yaml", []byte(`controlPlane:
-  - {name: c1, address: 10.240.0.11}
-  - {name: c2, address: 10.240.0.12}
-  - {name: c3, address: 10.240.0.13}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	inv := threeHosts(t)
 	unready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
 	}))
