@@ -41,10 +41,13 @@ func Kubeconfigs(inv *inventory.Inventory) []Kubeconfig {
 	return ks
 }
 
-// RenderKubeconfig builds k's file from the CA and the certificate and key
-// in dir, all embedded so the file works wherever it is copied.
+// RenderKubeconfig builds k's file from the cluster CA's trust bundle and
+// the certificate and key in dir, all embedded so the file works wherever
+// it is copied. The bundle, not the CA: during a rotation of the cluster CA
+// it holds the old and the new CA, so that every client trusts the
+// apiservers' serving certificates before and after they are reissued.
 func RenderKubeconfig(inv *inventory.Inventory, dir state.Dir, k Kubeconfig) ([]byte, error) {
-	ca, err := os.ReadFile(dir.Cert(CA))
+	ca, err := os.ReadFile(dir.Cert(CATrustBundle))
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", k.Name, err)
 	}
