@@ -92,6 +92,13 @@ type Cluster struct {
 	kubes     map[string]kubernetes.Interface
 	apiPicked *inventory.Host // see apiHost
 	apiPickMu sync.Mutex      // one apiHost pick at a time
+
+	// freshHeartbeat makes a worker's Ready wait also wait for its kubelet
+	// to renew its Lease while it is watched: a Node stays Ready for 40 s
+	// after its kubelet stopped, so Ready alone does not prove that the
+	// restarted kubelet reaches the apiserver (a cluster CA rotation, whose
+	// next worker must not restart before).
+	freshHeartbeat bool
 }
 
 // etcdAPI is what the steps and checks ask etcd; *etcd.Client is one.

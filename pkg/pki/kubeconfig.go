@@ -96,3 +96,26 @@ func ensureKubeconfigs(inv *inventory.Inventory, dir state.Dir) ([]Result, error
 	}
 	return out, nil
 }
+
+// StaleKubeconfigs names the kubeconfigs in dir that differ from what
+// RenderKubeconfig makes now (a CA rotation rewrote the trust bundle, or
+// reissued the certificates they embed); missing ones count. It only reads.
+func StaleKubeconfigs(inv *inventory.Inventory, dir state.Dir) ([]string, error) {
+	var out []string
+	for _, k := range Kubeconfigs(inv) {
+		data, err := RenderKubeconfig(inv, dir, k)
+		if err != nil {
+			return nil, err
+		}
+		if !fsutil.SameContent(dir.Kubeconfig(k.Name), data) {
+			out = append(out, k.Name)
+		}
+	}
+	return out, nil
+}
+
+// WriteKubeconfigs rewrites the kubeconfigs that StaleKubeconfigs names.
+func WriteKubeconfigs(inv *inventory.Inventory, dir state.Dir) error {
+	_, err := ensureKubeconfigs(inv, dir)
+	return err
+}
