@@ -91,7 +91,9 @@ func (e *workersEnv) kubernetesCAScenarios(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &res); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		if !res.Complete || res.ResumedAfter < 1 || res.OldCA != pki.CA || res.CA != pki.CA || len(res.Reissued) != 8 {
+		// Reissued may be fewer than the CA's 8 leaves: the killed run may
+		// have reissued some before the kill (every leaf is checked below).
+		if !res.Complete || res.ResumedAfter < 1 || res.OldCA != pki.CA || res.CA != pki.CA || len(res.Reissued) > 8 {
 			t.Errorf("result: %+v", res)
 		}
 
