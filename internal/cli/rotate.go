@@ -146,7 +146,7 @@ func (a *App) newRotateCACmd() *cobra.Command {
 	var whiches, trusted []string
 	for _, t := range pki.CATargets() {
 		whiches = append(whiches, t.Which)
-		trusted = append(trusted, fmt.Sprintf("  %-6s %s signs %s;\n         trusted by %s", t.Which, t.CA, strings.Join(t.Leaves(), ", "), t.Trusted))
+		trusted = append(trusted, fmt.Sprintf("  %-11s %s signs %s;\n              trusted by %s", t.Which, t.CA, strings.Join(t.Leaves(), ", "), t.Trusted))
 	}
 	cmd := &cobra.Command{
 		Use:   "ca --which " + strings.Join(whiches, "|"),
@@ -179,13 +179,14 @@ What can be rotated (--which):
 --which kubernetes (the cluster CA) goes further: the bundle also goes into
 every kubeconfig and to the kubelets (clientCAFile), each phase restarts the
 workers' kubelet and kube-proxy one worker at a time, each waiting for its
-Node to be Ready, and phases 1 and 3 wait until the ConfigMap kube-root-ca.crt
+Node to be Ready and its kubelet's next Lease renewal, and phases 1 and 3 wait until the ConfigMap kube-root-ca.crt
 in every namespace holds the bundle, then restart CoreDNS (rolling). Pods of
 your own that read the CA once at start (client-go's in-cluster config does)
 must be restarted after phase 1, before phase 2 changes the apiservers'
 serving certificates: run with --stop-after trust-both, restart them (a
-rollout restart of each Deployment is enough), then run again; service-account tokens keep working (they are
-signed with the service-account key, not the CA). Every kubeconfig in the
+rollout restart of each Deployment is enough), then run again.
+Service-account tokens keep working (they are signed with the
+service-account key, not the CA). Every kubeconfig in the
 state directory is rewritten: copies you made of admin.kubeconfig stop
 working after phase 3. Run 'hardway up' with this hardway first: it points
 the apiservers and controller-managers at the bundle.

@@ -7,8 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -164,5 +167,51 @@ workers:
 	// Phase 3's bundle differs: restarted again.
 	if as, err := rot.planAddons(pki.PhaseDropOld)(ctx, nil); err != nil || len(as) != 2 {
 		t.Errorf("drop-old: %v %q", err, descs(as))
+	}
+}
+
+// A rotation's worker gate: a Ready Node whose kubelet does not renew its
+// Lease while it is watched (a restarted kubelet that cannot reach the
+// apiserver stays Ready for 40 s) is not Ready again; one that renews is.
+func TestFreshHeartbeatGate(t *testing.T) {
+	inv, err := inventory.Parse("inv.yaml", t.TempDir()+"/inv.yaml", []byte(`controlPlane:
+  - {name: c1, address: 10.240.0.11}
+workers:
+  - {name: worker-1, address: 10.240.0.21}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	renew := metav1.NewMicroTime(time.Now().Add(-5 * time.Second))
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: "worker-1"},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}
+	api := fake.NewClientset(node, lease)
+	c := New(inv, Options{})
+	c.newKube = func(inventory.Host) (kubernetes.Interface, error) { return api, nil }
+
+	// Ready without the gate: at once.
+	if err := c.waitNodesReady(t.Context(), []string{"worker-1"}); err != nil {
+		t.Fatal(err)
+	}
+	// With it and no renewal: not Ready (cut short here; up waits minutes).
+	c.freshHeartbeat = true
+	ctx, cancel := context.WithTimeout(t.Context(), 2500*time.Millisecond)
+	err = c.waitNodesReady(ctx, []string{"worker-1"})
+	cancel()
+	if err == nil {
+		t.Fatal("a Node without a heartbeat since the wait began passed the gate")
+	}
+	// A renewal while it is watched: Ready.
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		l := lease.DeepCopy()
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.RenewTime = &now
+		api.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(context.Background(), l, metav1.UpdateOptions{})
+	}()
+	if err := c.waitNodesReady(t.Context(), []string{"worker-1"}); err != nil {
+		t.Fatalf("renewed: %v", err)
 	}
 }

@@ -67,12 +67,13 @@ type CATarget struct {
 // CATargets is the table.
 func CATargets() []CATarget {
 	return []CATarget{
-		{Which: WhichKubernetes, CA: CA, Bundle: CATrustBundle,
-			Trusted: "the apiservers (--client-ca-file, --kubelet-certificate-authority), the controller-managers (--client-ca-file, --root-ca-file: kube-root-ca.crt in every namespace), the kubelets (clientCAFile) and every kubeconfig"},
+
 		{Which: WhichEtcd, CA: EtcdCA, Bundle: EtcdTrustBundle,
 			Trusted: "etcd (--trusted-ca-file, --peer-trusted-ca-file) and the apiservers (--etcd-cafile)"},
 		{Which: WhichFrontProxy, CA: FrontProxyCA, Bundle: FrontProxyTrustBundle,
 			Trusted: "the apiservers and controller-managers (--requestheader-client-ca-file; the apiserver publishes it to extension apiservers in kube-system/extension-apiserver-authentication)"},
+		{Which: WhichKubernetes, CA: CA, Bundle: CATrustBundle,
+			Trusted: "the apiservers (--client-ca-file, --kubelet-certificate-authority), the controller-managers (--client-ca-file, --root-ca-file: kube-root-ca.crt in every namespace), the kubelets (clientCAFile) and every kubeconfig"},
 	}
 }
 
