@@ -31,7 +31,7 @@ func TestPKICommand(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	for _, want := range []string{"NAME", "kube-apiserver", "controller-0,10.240.0.10,controller-1,… (+10)",
-		"front-proxy-client", "created", "29 created", "Back it up"} {
+		"front-proxy-client", "created", "30 created", "Back it up"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -66,7 +66,7 @@ func TestPKICommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("json: %v\n%s", err, out)
 	}
-	if doc.State != st || len(doc.Results) != 29 {
+	if doc.State != st || len(doc.Results) != 30 {
 		t.Errorf("state %q, %d results", doc.State, len(doc.Results))
 	}
 	for _, r := range doc.Results {
@@ -123,7 +123,7 @@ func TestCertsCheckCommand(t *testing.T) {
 		t.Fatal(stderr)
 	}
 	code, out, stderr := run(t, "certs", "check", "-i", inv, "--state", st)
-	if code != 0 || !strings.Contains(out, "RESIDUAL") || !strings.Contains(out, "364d") || !strings.Contains(out, "27 entries ok, 0 warnings") {
+	if code != 0 || !strings.Contains(out, "RESIDUAL") || !strings.Contains(out, "364d") || !strings.Contains(out, "30 entries ok, 0 warnings") {
 		t.Errorf("exit %d\n%s%s", code, out, stderr)
 	}
 
@@ -131,7 +131,7 @@ func TestCertsCheckCommand(t *testing.T) {
 	b, _ := os.ReadFile(inv)
 	os.WriteFile(inv, []byte(strings.Replace(string(b), "10.240.0.12", "10.240.0.13", 1)), 0o644)
 	code, out, stderr = run(t, "certs", "check", "-i", inv, "--state", st, "-o", "json")
-	if code != 1 || !strings.Contains(stderr, "3 of 27 entries failed") || !strings.Contains(stderr, "hint:  to create or reissue them, run: hardway pki -i ") {
+	if code != 1 || !strings.Contains(stderr, "3 of 30 entries failed") || !strings.Contains(stderr, "hint:  to create or reissue them, run: hardway pki -i ") {
 		t.Errorf("exit %d: %s", code, stderr)
 	}
 	var rs []pki.CheckResult

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/hardway/hardway/pkg/cluster"
 	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/runlog"
 	"github.com/hardway/hardway/pkg/state"
 	"github.com/hardway/hardway/pkg/usererr"
@@ -84,7 +86,7 @@ that provider.`,
 			if err := checkOutputFlag(o.output); err != nil {
 				return err
 			}
-			st, c, out, lg, done, err := a.startRotation(cmd, o.output, o.acceptNewHostKeys,
+			st, c, out, lg, done, err := a.startRotation(cmd, o.output, o.acceptNewHostKeys, "",
 				fmt.Sprintf("rotate encryption-key: inventory %s; dry-run=%v provider=%q", a.InventoryPath, o.dryRun, o.provider))
 			if err != nil {
 				return err
@@ -135,6 +137,8 @@ type rotateCAOptions struct {
 	dryRun            bool
 	output            string
 	acceptNewHostKeys bool
+	cacheDir          string
+	stopAfter         string
 }
 
 func (a *App) newRotateCACmd() *cobra.Command {
@@ -142,7 +146,7 @@ func (a *App) newRotateCACmd() *cobra.Command {
 	var whiches, trusted []string
 	for _, t := range pki.CATargets() {
 		whiches = append(whiches, t.Which)
-		trusted = append(trusted, fmt.Sprintf("  %-6s %s signs %s;\n         trusted by %s", t.Which, t.CA, strings.Join(t.Leaves(), ", "), t.Trusted))
+		trusted = append(trusted, fmt.Sprintf("  %-11s %s signs %s;\n              trusted by %s", t.Which, t.CA, strings.Join(t.Leaves(), ", "), t.Trusted))
 	}
 	cmd := &cobra.Command{
 		Use:   "ca --which " + strings.Join(whiches, "|"),
@@ -172,6 +176,21 @@ pki/retired/<ca>-<serial>.{crt,key}: older backups still make sense.
 What can be rotated (--which):
 ` + strings.Join(trusted, "\n") + `
 
+--which kubernetes (the cluster CA) goes further: the bundle also goes into
+every kubeconfig and to the kubelets (clientCAFile), each phase restarts the
+workers' kubelet and kube-proxy one worker at a time, each waiting for its
+Node to be Ready and its kubelet's next Lease renewal, and phases 1 and 3 wait until the ConfigMap kube-root-ca.crt
+in every namespace holds the bundle, then restart CoreDNS (rolling). Pods of
+your own that read the CA once at start (client-go's in-cluster config does)
+must be restarted after phase 1, before phase 2 changes the apiservers'
+serving certificates: run with --stop-after trust-both, restart them (a
+rollout restart of each Deployment is enough), then run again.
+Service-account tokens keep working (they are signed with the
+service-account key, not the CA). Every kubeconfig in the
+state directory is rewritten: copies you made of admin.kubeconfig stop
+working after phase 3. Run 'hardway up' with this hardway first: it points
+the apiservers and controller-managers at the bundle.
+
 A cluster made by a hardway older than the etcd CA has none: its etcd trusts
 the cluster CA, which also signs the workers' kubelet and kube-proxy
 certificates, so any of them can read and write etcd past RBAC ('hardway
@@ -181,6 +200,7 @@ etcd's trust bundle in phase 3. Run 'hardway up' with this hardway first: it
 points the apiservers' --etcd-cafile at the bundle.`,
 		Example: `  hardway rotate ca --which etcd -i inventory.yaml --dry-run
   hardway rotate ca --which etcd -i inventory.yaml
+  hardway rotate ca --which kubernetes -i inventory.yaml
   hardway rotate ca --which etcd -i inventory.yaml -o json   # the result on stdout, progress on stderr`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -193,7 +213,15 @@ points the apiservers' --etcd-cafile at the bundle.`,
 			if _, err := pki.LookupCATarget(o.which); err != nil {
 				return err
 			}
-			_, c, out, lg, done, err := a.startRotation(cmd, o.output, o.acceptNewHostKeys,
+			stopAt := 0
+			if o.stopAfter != "" {
+				stopAt = slices.Index(pki.CAPhases[:pki.PhaseDropOld], o.stopAfter)
+				if stopAt < 1 {
+					return usererr.WithCode(fmt.Errorf("--stop-after %q: no such phase", o.stopAfter), usererr.CodeUsage,
+						"stop after "+pki.CAPhases[pki.PhaseTrustBoth]+" or "+pki.CAPhases[pki.PhaseReissue]+"; a rerun without it goes on")
+				}
+			}
+			_, c, out, lg, done, err := a.startRotation(cmd, o.output, o.acceptNewHostKeys, o.cacheDir,
 				fmt.Sprintf("rotate ca: inventory %s; which=%s dry-run=%v", a.InventoryPath, o.which, o.dryRun))
 			if err != nil {
 				return err
@@ -220,6 +248,10 @@ points the apiservers' --etcd-cafile at the bundle.`,
 					lg.End(err)
 					return runlog.WithPath(fmt.Errorf("%w\n(the phases done so far are recorded: rerun 'hardway rotate ca --which %s' to go on)", err, o.which), lg)
 				}
+				if ph.N == stopAt {
+					fmt.Fprintf(out, "\nstopped after phase %d %s (--stop-after): rerun 'hardway rotate ca --which %s' to go on\n", ph.N, ph.Name, o.which)
+					break
+				}
 			}
 			lg.End(nil)
 			res := rot.Result(steps)
@@ -230,6 +262,9 @@ points the apiservers' --etcd-cafile at the bundle.`,
 			}
 			if o.dryRun {
 				fmt.Fprintf(out, "\n%d changes planned; run without --dry-run to rotate\n", changes)
+				return nil
+			}
+			if !res.Complete {
 				return nil
 			}
 			fmt.Fprintf(out, "\nCA rotation complete in %s: %s is the new %s (%s); every member and apiserver trusts it alone\n",
@@ -245,18 +280,30 @@ points the apiservers' --etcd-cafile at the bundle.`,
 	f.BoolVar(&o.dryRun, "dry-run", false, "print the plan and change nothing")
 	f.StringVarP(&o.output, "output", "o", "text", "text, or json: the result as JSON on stdout (progress goes to stderr)")
 	f.BoolVar(&o.acceptNewHostKeys, "accept-new-host-keys", false, "trust and record the key of a host not yet in known_hosts (a changed key is always refused)")
+	f.StringVar(&o.cacheDir, "cache-dir", "", "download cache, where the workers' images are looked up (default $XDG_CACHE_HOME/hardway); never written")
+	f.StringVar(&o.stopAfter, "stop-after", "", "stop once this phase is done (trust-both or reissue), e.g. to restart workloads that read the cluster CA at start; a rerun goes on")
 	return cmd
 }
 
 // startRotation is what both rotations set up: the state directory's lock,
 // a run log that starts with header, and a cluster whose progress goes to
 // stdout and the log (to stderr with -o json, whose result is stdout's).
-// done closes the cluster and releases the lock.
-func (a *App) startRotation(cmd *cobra.Command, output string, acceptNewHostKeys bool, header string) (
+// done closes the cluster and releases the lock. The release cache
+// (cacheDir, default the user's) is only read, never downloaded into: the
+// workers step of a CA rotation compares the workers' images with it.
+func (a *App) startRotation(cmd *cobra.Command, output string, acceptNewHostKeys bool, cacheDir, header string) (
 	st state.Dir, c *cluster.Cluster, out io.Writer, lg *runlog.Log, done func(), err error) {
 	inv, st, lock, err := a.loadLocked(cmd)
 	if err != nil {
 		return "", nil, nil, nil, nil, err
+	}
+	ro := release.OptionsFor(inv)
+	ro.CacheDir, ro.Offline = cacheDir, true
+	if ro.CacheDir == "" {
+		if ro.CacheDir, err = release.DefaultCacheDir(); err != nil {
+			lock.Unlock()
+			return "", nil, nil, nil, nil, err
+		}
 	}
 	lg, err = runlog.Open(st.LogDir(), "rotate", time.Now())
 	if err != nil {
@@ -269,6 +316,6 @@ func (a *App) startRotation(cmd *cobra.Command, output string, acceptNewHostKeys
 		out = a.Stderr
 	}
 	out = io.MultiWriter(out, lg)
-	c = cluster.New(inv, cluster.Options{State: st, Out: out, AcceptNewHostKeys: acceptNewHostKeys, Trace: lg.Command})
+	c = cluster.New(inv, cluster.Options{State: st, Out: out, AcceptNewHostKeys: acceptNewHostKeys, Trace: lg.Command, Release: ro})
 	return st, c, out, lg, func() { c.Close(); lock.Unlock() }, nil
 }

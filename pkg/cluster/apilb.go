@@ -61,12 +61,12 @@ func (c *Cluster) lbBackends(ctx context.Context, worker string) ([]apilb.Backen
 // lbVersion asks the apiserver for /version through the worker's
 // 127.0.0.1:6443 — the way its kubelet and kube-proxy reach it — with the
 // kubelet's own client certificate, verifying the apiserver's against the
-// cluster CA (127.0.0.1 is one of its names). Not /readyz: with one etcd
+// cluster CA's trust bundle (127.0.0.1 is one of its names). Not /readyz: with one etcd
 // member gone every apiserver's readyz fails its etcd checks, yet the
 // workers have the API; the apiservers' readiness is the control-plane
 // checks' to tell.
 func (c *Cluster) lbVersion(ctx context.Context, worker string) error {
-	pool, err := c.caPool("ca")
+	pool, err := c.clusterTrust()
 	if err != nil {
 		return err
 	}

@@ -7,8 +7,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"strconv"
@@ -90,6 +92,13 @@ type Cluster struct {
 	kubes     map[string]kubernetes.Interface
 	apiPicked *inventory.Host // see apiHost
 	apiPickMu sync.Mutex      // one apiHost pick at a time
+
+	// freshHeartbeat makes a worker's Ready wait also wait for its kubelet
+	// to renew its Lease while it is watched: a Node stays Ready for 40 s
+	// after its kubelet stopped, so Ready alone does not prove that the
+	// restarted kubelet reaches the apiserver (a cluster CA rotation, whose
+	// next worker must not restart before).
+	freshHeartbeat bool
 }
 
 // etcdAPI is what the steps and checks ask etcd; *etcd.Client is one.
@@ -358,6 +367,19 @@ func (c *Cluster) caPool(name string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("%s: no certificate", c.opt.State.Cert(name))
 	}
 	return pool, nil
+}
+
+// clusterTrust is what hardway's own clients of the apiservers and the
+// kubelets trust: the cluster CA's trust bundle (both CAs during a rotation
+// of the cluster CA, whose apiservers serve from the old CA or the new), or
+// the CA itself in a state directory made before the bundle existed (until
+// the next pki run writes it).
+func (c *Cluster) clusterTrust() (*x509.CertPool, error) {
+	pool, err := c.caPool(pki.CATrustBundle)
+	if err != nil && errors.Is(err, fs.ErrNotExist) {
+		return c.caPool(pki.CA)
+	}
+	return pool, err
 }
 
 // etcd is a client of the cluster's etcd.

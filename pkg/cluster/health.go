@@ -27,7 +27,7 @@ func (c *Cluster) componentHealthy(ctx context.Context, h inventory.Host, comp s
 
 // probe GETs the component's health endpoint once, through the host's SSH
 // connection. The apiserver's certificate is checked against the cluster
-// CA; controller-manager and scheduler serve self-signed certificates they
+// CA's trust bundle; controller-manager and scheduler serve self-signed certificates they
 // make at start, which no CA vouches for, so only their answer counts.
 func (c *Cluster) probe(ctx context.Context, h inventory.Host, comp string) error {
 	row, ok := units.Lookup(comp)
@@ -37,7 +37,7 @@ func (c *Cluster) probe(ctx context.Context, h inventory.Host, comp string) erro
 	ep := row.Health
 	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if comp == units.APIServer {
-		pool, err := c.caPool("ca")
+		pool, err := c.clusterTrust()
 		if err != nil {
 			return err
 		}

@@ -35,7 +35,10 @@ func IsIdentity(s *units.Source) bool {
 	}
 	switch s.Kind {
 	case units.SourceCert, units.SourceKey:
-		return s.Name == pki.CA || s.Name == pki.FrontProxyCA || s.Name == pki.EtcdCA || (s.Kind == units.SourceKey && s.Name == pki.ServiceAccount)
+		// The cluster CA's trust bundle too: it is all of the cluster CA a
+		// worker holds (its kubelet's clientCAFile), and equals the CA but
+		// during a rotation, when up does not run.
+		return s.Name == pki.CA || s.Name == pki.CATrustBundle || s.Name == pki.FrontProxyCA || s.Name == pki.EtcdCA || (s.Kind == units.SourceKey && s.Name == pki.ServiceAccount)
 	case units.SourcePublicKey:
 		return s.Name == pki.ServiceAccount
 	case units.SourceEncryptionConfig:
@@ -71,7 +74,15 @@ func CompareIdentity(ctx context.Context, ms []*units.Manifest, st state.Dir, di
 		i := slices.Index(ms, m)
 		var files []units.File
 		var paths []string
+		// A host that holds the cluster CA itself is compared by it; its
+		// trust bundle (the same certificate) would only say it twice.
+		holdsCA := slices.ContainsFunc(m.Files, func(f units.File) bool {
+			return f.Source != nil && f.Source.Kind == units.SourceCert && f.Source.Name == pki.CA
+		})
 		for _, f := range m.Files {
+			if holdsCA && f.Source != nil && f.Source.Name == pki.CATrustBundle {
+				continue
+			}
 			if IsIdentity(f.Source) && f.Source.Kind != units.SourceKey {
 				files = append(files, f)
 				paths = append(paths, f.Path)

@@ -104,6 +104,10 @@ func (r *CARotation) Preflight(ctx context.Context) error {
 		return err
 	}
 	r.target = t
+	// The workers step's Ready gate also waits for each restarted
+	// kubelet's next heartbeat: the next worker restarts only once this
+	// one reaches the apiserver with the credentials and trust of the phase.
+	r.c.freshHeartbeat = t.Which == pki.WhichKubernetes
 	st := r.c.opt.State
 	rot, err := pki.LoadCARotation(st, t.Which)
 	if err != nil {
@@ -139,6 +143,13 @@ func (r *CARotation) Preflight(ctx context.Context) error {
 		bad = append(bad, err.Error())
 	}
 	cancel()
+	if t.Which == pki.WhichKubernetes {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := r.workersReady(wctx); err != nil {
+			bad = append(bad, err.Error())
+		}
+		cancel()
+	}
 	for _, h := range r.c.Inv.ControlPlane {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		if err := r.ready(pctx, h); err != nil {
@@ -166,9 +177,9 @@ func certDesc(pemText string) string {
 
 // checkUnits refuses hosts whose etcd, apiserver or controller-manager
 // unit differs from what this hardway renders: a unit from an older hardway
-// may point the apiserver's --etcd-cafile (or --requestheader-client-ca-file)
-// at a CA file instead of the bundle, and would lose its trust in the
-// reissue phase.
+// may point the apiserver's --etcd-cafile (or --requestheader-client-ca-file,
+// --client-ca-file) at a CA file instead of the bundle, and would lose its
+// trust in the reissue phase.
 func (r *CARotation) checkUnits(ctx context.Context) error {
 	var stale []string
 	for _, h := range r.c.Inv.ControlPlane {
@@ -197,7 +208,7 @@ func (r *CARotation) checkUnits(ctx context.Context) error {
 	}
 	if len(stale) > 0 {
 		return usererr.New(fmt.Errorf("the hosts do not run the units this hardway renders; nothing was changed:\n  %s", strings.Join(stale, "\n  ")),
-			"run 'hardway up' first (it points etcd and the apiservers at the etcd trust bundle, restarting them host by host), then rerun")
+			"run 'hardway up' first (it points etcd, the apiservers and the controller-managers at the trust bundles, restarting them host by host), then rerun")
 	}
 	return nil
 }
@@ -213,6 +224,9 @@ type Phase struct {
 
 // Phases are the rotation's three phases, in order.
 func (r *CARotation) Phases() []Phase {
+	if r.target.Which == pki.WhichKubernetes {
+		return r.kubernetesPhases()
+	}
 	bundle := r.target.Bundle
 	return []Phase{
 		{pki.PhaseTrustBoth, pki.CAPhases[pki.PhaseTrustBoth], []plan.Step{
@@ -265,7 +279,13 @@ func (r *CARotation) files(phase int) func(*units.Source) bool {
 			leaves[e.Name] = true
 		}
 	}
+	kube := r.target.Which == pki.WhichKubernetes
 	return func(s *units.Source) bool {
+		// The cluster CA's: every kubeconfig embeds the bundle, and the
+		// certificates of the users it names, in every phase.
+		if kube && s != nil && s.Kind == units.SourceKubeconfig {
+			return true
+		}
 		if s == nil || (s.Kind != units.SourceCert && s.Kind != units.SourceKey) {
 			return false
 		}
@@ -328,13 +348,33 @@ func (r *CARotation) recordStep(phase int) plan.Step {
 
 // stateAction writes the phase's state (new CA, retired copy, bundle) when
 // the state directory lacks it.
-func (r *CARotation) stateAction(rot *pki.CARotation, phase int) []plan.Action {
-	changes := rot.StateChanges(r.c.opt.State, phase)
+//
+// The cluster CA's kubeconfigs embed its bundle: they are rewritten with it
+// (also by a run that resumes after the bundle was written and the
+// kubeconfigs were not).
+func (r *CARotation) stateAction(rot *pki.CARotation, phase int) ([]plan.Action, error) {
+	st := r.c.opt.State
+	changes := rot.StateChanges(st, phase)
+	kube := r.target.Which == pki.WhichKubernetes
+	if kube {
+		stale, err := pki.StaleKubeconfigs(r.c.Inv, st)
+		if err != nil {
+			return nil, err
+		}
+		if len(changes) > 0 || len(stale) > 0 {
+			changes = append(changes, "rewrite every kubeconfig in "+st.KubeconfigDir()+" with the bundle")
+		}
+	}
 	if len(changes) == 0 {
-		return nil
+		return nil, nil
 	}
 	return []plan.Action{{Kind: plan.Write, Desc: strings.Join(changes, "; "),
-		Do: func(context.Context) error { return rot.ApplyState(r.c.opt.State, phase) }}}
+		Do: func(context.Context) error {
+			if err := rot.ApplyState(st, phase); err != nil || !kube {
+				return err
+			}
+			return pki.WriteKubeconfigs(r.c.Inv, st)
+		}}}, nil
 }
 
 func (r *CARotation) planNewCA(context.Context, plan.Planned) ([]plan.Action, error) {
@@ -351,7 +391,8 @@ func (r *CARotation) planNewCA(context.Context, plan.Planned) ([]plan.Action, er
 				r.target.CA, certDesc(rot.NewCert), alg, st.CARotation(r.target.Which)),
 			Do: func(context.Context) error { return pki.SaveCARotation(st, r.preview, r.o.Now()) }})
 	}
-	return append(actions, r.stateAction(rot, pki.PhaseTrustBoth)...), nil
+	sa, err := r.stateAction(rot, pki.PhaseTrustBoth)
+	return append(actions, sa...), err
 }
 
 func (r *CARotation) planReissue(context.Context, plan.Planned) ([]plan.Action, error) {
@@ -372,6 +413,10 @@ func (r *CARotation) planReissue(context.Context, plan.Planned) ([]plan.Action, 
 		}
 	}
 	if len(leaves) == 0 {
+		if r.target.Which == pki.WhichKubernetes && recorded {
+			// Killed between the leaves and their kubeconfigs.
+			return r.stateAction(rot, pki.PhaseReissue)
+		}
 		return nil, nil
 	}
 	var names []string
@@ -395,5 +440,5 @@ func (r *CARotation) planDropOld(context.Context, plan.Planned) ([]plan.Action, 
 	if err != nil || rot.Done >= pki.PhaseDropOld {
 		return nil, err
 	}
-	return r.stateAction(rot, pki.PhaseDropOld), nil
+	return r.stateAction(rot, pki.PhaseDropOld)
 }

@@ -114,9 +114,9 @@ func TestCARotationGuards(t *testing.T) {
 	fc, root := caRotationCluster(t)
 	ready := func(context.Context, inventory.Host) error { return nil }
 
-	rot := fc.CARotation(CARotateOptions{Which: "kubernetes", DryRun: true})
+	rot := fc.CARotation(CARotateOptions{Which: "cluster", DryRun: true})
 	if err := rot.Preflight(ctx); err == nil || usererr.CodeOf(err) != usererr.CodeUsage {
-		t.Errorf("--which kubernetes: %v", err)
+		t.Errorf("--which cluster: %v", err)
 	}
 
 	unit := "/etc/systemd/system/kube-apiserver.service"

@@ -511,6 +511,7 @@ func (c *Cluster) waitNodesReady(ctx context.Context, names []string) error {
 	start := time.Now()
 	var mu sync.Mutex
 	last := map[string]*corev1.Node{}
+	firstRenew := map[string]string{} // freshHeartbeat: the Lease's renewTime first seen
 	err = poll.Until(wctx, poll.Options{Attempt: 5 * time.Second}, func(ctx context.Context) error {
 		var notReady []string
 		for _, n := range names {
@@ -525,6 +526,20 @@ func (c *Cluster) waitNodesReady(ctx context.Context, names []string) error {
 				notReady = append(notReady, n+" (not registered)")
 			} else if ok, _ := kube.NodeReady(node); !ok && c.cniBridge() {
 				notReady = append(notReady, n)
+			} else if c.freshHeartbeat {
+				renewed, err := kube.LeaseRenewTime(ctx, cs, n)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				first, seen := firstRenew[n]
+				if !seen {
+					firstRenew[n] = renewed
+				}
+				mu.Unlock()
+				if !seen || renewed == first {
+					notReady = append(notReady, n+" (no heartbeat since the restart yet)")
+				}
 			}
 		}
 		if len(notReady) > 0 {

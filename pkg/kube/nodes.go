@@ -185,6 +185,25 @@ func GetNode(ctx context.Context, cs kubernetes.Interface, name string) (*corev1
 	return n, nil
 }
 
+// LeaseRenewTime is when the named Node's kubelet last renewed its Lease
+// (kube-node-lease, every 10 s by default), as text for comparing; "" when
+// it has none yet. A renewal proves that the kubelet reaches the apiserver
+// with its credentials now, which a Node's Ready (kept for 40 s after the
+// kubelet stops) does not.
+func LeaseRenewTime(ctx context.Context, cs kubernetes.Interface, name string) (string, error) {
+	l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read Lease %s/%s: %w", corev1.NamespaceNodeLease, name, err)
+	}
+	if l.Spec.RenewTime == nil {
+		return "", nil
+	}
+	return l.Spec.RenewTime.UTC().Format("2006-01-02T15:04:05.000000Z07:00"), nil
+}
+
 // RegisterNode creates the Node object before its kubelet first starts, with
 // spec.podCIDR set to the subnet hardway allocated. The kubelet then adopts
 // it, and the controller-manager's range allocator marks the subnet as used

@@ -39,10 +39,21 @@ import (
 const (
 	WhichEtcd       = "etcd"
 	WhichFrontProxy = "front-proxy"
+	WhichKubernetes = "kubernetes"
 )
 
 // FrontProxyTrustBundle is what --requestheader-client-ca-file trusts.
 const FrontProxyTrustBundle = "front-proxy-trust-bundle"
+
+// CATrustBundle is what trusts the cluster CA: the apiservers' and
+// controller-managers' --client-ca-file, the apiservers'
+// --kubelet-certificate-authority, the controller-managers' --root-ca-file
+// (so kube-root-ca.crt in every namespace, which pods trust the API with),
+// the kubelets' clientCAFile and every kubeconfig's certificate-authority-
+// data. The cluster CA's certificate normally; the old and the new CA
+// during 'hardway rotate ca --which kubernetes'. Signing stays the CA's
+// (--cluster-signing-cert-file).
+const CATrustBundle = "ca-trust-bundle"
 
 // CATarget is one row of the table of CAs 'hardway rotate ca' rotates.
 type CATarget struct {
@@ -53,14 +64,16 @@ type CATarget struct {
 	Trusted string
 }
 
-// CATargets is the table. The cluster CA is a later row: a bundle name for
-// what trusts it, and the rows it signs.
+// CATargets is the table.
 func CATargets() []CATarget {
 	return []CATarget{
+
 		{Which: WhichEtcd, CA: EtcdCA, Bundle: EtcdTrustBundle,
 			Trusted: "etcd (--trusted-ca-file, --peer-trusted-ca-file) and the apiservers (--etcd-cafile)"},
 		{Which: WhichFrontProxy, CA: FrontProxyCA, Bundle: FrontProxyTrustBundle,
 			Trusted: "the apiservers and controller-managers (--requestheader-client-ca-file; the apiserver publishes it to extension apiservers in kube-system/extension-apiserver-authentication)"},
+		{Which: WhichKubernetes, CA: CA, Bundle: CATrustBundle,
+			Trusted: "the apiservers (--client-ca-file, --kubelet-certificate-authority), the controller-managers (--client-ca-file, --root-ca-file: kube-root-ca.crt in every namespace), the kubelets (clientCAFile) and every kubeconfig"},
 	}
 }
 
@@ -74,7 +87,7 @@ func LookupCATarget(which string) (CATarget, error) {
 		names = append(names, t.Which)
 	}
 	return CATarget{}, usererr.WithCode(fmt.Errorf("--which %q: no such CA to rotate", which), usererr.CodeUsage,
-		"rotate one of: "+strings.Join(names, ", ")+" (the cluster CA is not rotated yet: 'hardway pki --replace-ca=ca' replaces it with downtime)")
+		"rotate one of: "+strings.Join(names, ", "))
 }
 
 // Leaves are the table rows the target's CA signs.

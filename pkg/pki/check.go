@@ -98,6 +98,40 @@ func Check(inv *inventory.Inventory, dir state.Dir, now time.Time) []CheckResult
 	for _, k := range Kubeconfigs(inv) {
 		out = append(out, checkKubeconfig(inv, dir, k))
 	}
+	return append(out, checkTrustBundles(dir)...)
+}
+
+// checkTrustBundles: each CA's trust bundle is its signing CA's certificate
+// while no rotation of it is recorded (a rotation writes it phase by
+// phase). A state directory made before a bundle existed lacks it: up's pki
+// step writes it, and the push takes it to the hosts.
+func checkTrustBundles(dir state.Dir) []CheckResult {
+	var out []CheckResult
+	for _, t := range CATargets() {
+		r := CheckResult{Name: t.Bundle, Kind: KindTrustBundle, CA: t.CA, State: CheckOK, Path: dir.Cert(t.Bundle)}
+		signer := t.CA
+		if t.Which == WhichEtcd {
+			s, err := EtcdSigner(dir)
+			if err != nil {
+				continue // the etcd CA's own result says why
+			}
+			signer, r.CA = s, s
+		}
+		have, err := readOptional(r.Path)
+		switch rot, rerr := LoadCARotation(dir, t.Which); {
+		case rerr != nil:
+			r.fail("%v", rerr)
+		case err != nil:
+			r.fail("%v", err)
+		case have == nil:
+			r.fail("missing (hardway pki writes it from %s)", signer)
+		case rot != nil:
+			// The rotation's own: old + new, or the new CA alone.
+		case !fsutil.SameContent(dir.Cert(signer), have):
+			r.fail("differs from %s (hardway pki rewrites it; 'hardway rotate ca --which %s' is how a CA changes without downtime)", signer, t.Which)
+		}
+		out = append(out, r)
+	}
 	return out
 }
 

@@ -219,8 +219,13 @@ func TestCARotationState(t *testing.T) {
 }
 
 func TestLookupCATarget(t *testing.T) {
-	if _, err := LookupCATarget("kubernetes"); err == nil || !strings.Contains(err.Error(), "no such CA") {
-		t.Errorf("kubernetes: %v", err)
+	if _, err := LookupCATarget("cluster"); err == nil || !strings.Contains(err.Error(), "no such CA") {
+		t.Errorf("cluster: %v", err)
+	}
+	kt, err := LookupCATarget(WhichKubernetes)
+	if err != nil || kt.CA != CA || kt.Bundle != CATrustBundle ||
+		strings.Join(kt.Leaves(), ",") != "admin,kube-controller-manager,kube-scheduler,kube-proxy,kubelet,kube-apiserver,apiserver-kubelet-client" {
+		t.Errorf("%+v %v", kt, err)
 	}
 	tg, err := LookupCATarget(WhichEtcd)
 	if err != nil || tg.CA != EtcdCA || strings.Join(tg.Leaves(), ",") != "apiserver-etcd-client,etcd-server,etcd-peer" {

@@ -41,10 +41,13 @@ func Kubeconfigs(inv *inventory.Inventory) []Kubeconfig {
 	return ks
 }
 
-// RenderKubeconfig builds k's file from the CA and the certificate and key
-// in dir, all embedded so the file works wherever it is copied.
+// RenderKubeconfig builds k's file from the cluster CA's trust bundle and
+// the certificate and key in dir, all embedded so the file works wherever
+// it is copied. The bundle, not the CA: during a rotation of the cluster CA
+// it holds the old and the new CA, so that every client trusts the
+// apiservers' serving certificates before and after they are reissued.
 func RenderKubeconfig(inv *inventory.Inventory, dir state.Dir, k Kubeconfig) ([]byte, error) {
-	ca, err := os.ReadFile(dir.Cert(CA))
+	ca, err := os.ReadFile(dir.Cert(CATrustBundle))
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", k.Name, err)
 	}
@@ -92,4 +95,27 @@ func ensureKubeconfigs(inv *inventory.Inventory, dir state.Dir) ([]Result, error
 		out = append(out, res)
 	}
 	return out, nil
+}
+
+// StaleKubeconfigs names the kubeconfigs in dir that differ from what
+// RenderKubeconfig makes now (a CA rotation rewrote the trust bundle, or
+// reissued the certificates they embed); missing ones count. It only reads.
+func StaleKubeconfigs(inv *inventory.Inventory, dir state.Dir) ([]string, error) {
+	var out []string
+	for _, k := range Kubeconfigs(inv) {
+		data, err := RenderKubeconfig(inv, dir, k)
+		if err != nil {
+			return nil, err
+		}
+		if !fsutil.SameContent(dir.Kubeconfig(k.Name), data) {
+			out = append(out, k.Name)
+		}
+	}
+	return out, nil
+}
+
+// WriteKubeconfigs rewrites the kubeconfigs that StaleKubeconfigs names.
+func WriteKubeconfigs(inv *inventory.Inventory, dir state.Dir) error {
+	_, err := ensureKubeconfigs(inv, dir)
+	return err
 }

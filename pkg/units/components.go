@@ -196,7 +196,12 @@ func Components() []Component {
 			Ports:    []Port{{Number: APIServerPort, Name: "secure"}},
 			Health:   Health{Scheme: "https", Port: APIServerPort, Path: "/readyz"},
 			Files: []Copy{
-				cert(CACert, "ca"),
+				// What the apiserver trusts for the cluster CA is the bundle
+				// (--client-ca-file, --kubelet-certificate-authority); the
+				// CA's own certificate stays beside it, read by no apiserver
+				// flag, for the identity check and 'hardway state pull'.
+				cert(CATrustCert, "ca-trust-bundle"),
+				{Path: CACert, Kind: SourceCert, Name: "ca", NoRestart: true},
 				cert(APIServerCert, "kube-apiserver"), key(APIServerKey, "kube-apiserver"),
 				cert(KubeletClientCert, "apiserver-kubelet-client"), key(KubeletClientKey, "apiserver-kubelet-client"),
 				cert(EtcdClientCert, "apiserver-etcd-client"), key(EtcdClientKey, "apiserver-etcd-client"),
@@ -240,7 +245,10 @@ func Components() []Component {
 			Ports:    []Port{{Number: ControllerManagerPort, Name: "secure", Loopback: true}},
 			Health:   Health{Scheme: "https", Port: ControllerManagerPort, Path: "/healthz"},
 			Files: []Copy{
+				// The CA signs approved CSRs; the bundle authenticates clients
+				// and becomes kube-root-ca.crt (--root-ca-file).
 				cert(CACert, "ca"), key(CAKey, "ca"),
+				cert(CATrustCert, "ca-trust-bundle"),
 				key(ServiceAccountKey, "service-account"),
 				cert(FrontProxyTrustCert, "front-proxy-trust-bundle"),
 				kc(ControllerManagerKube, "kube-controller-manager"),

@@ -186,7 +186,7 @@ func apiserverFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		{"", "authorization-mode", "Node,RBAC", "kubelets limited to their own node's objects; RBAC for everyone else"},
 		{"", "enable-admission-plugins", "NodeRestriction", "stops a kubelet from editing other nodes or their pods"},
 		{"", "enable-bootstrap-token-auth", "true", "workers may join with bootstrap tokens (bootstrapsigner/tokencleaner run in the controller-manager)"},
-		{"", "client-ca-file", CACert, "client certificates signed by the cluster CA authenticate users and components"},
+		{"", "client-ca-file", CATrustCert, "client certificates signed by the cluster CA authenticate users and components (the cluster CA's trust bundle: both CAs during 'hardway rotate ca --which kubernetes')"},
 		{"", "tls-cert-file", APIServerCert, "serving certificate (SANs: every control-plane address, the first service IP, kubernetes.default...)"},
 		{"", "tls-private-key-file", APIServerKey, "key of the serving certificate"},
 		{"", "service-cluster-ip-range", inv.Network.ServiceCIDR, "ALWAYS set: the default 10.0.0.0/24 would give the kubernetes Service an IP outside the serving certificate"},
@@ -199,7 +199,7 @@ func apiserverFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		{"", "etcd-keyfile", EtcdClientKey, "key of the etcd client certificate"},
 		{"", "kubelet-client-certificate", KubeletClientCert, "certificate for logs/exec/port-forward on kubelets (CN kube-apiserver-kubelet-client, bound by RBAC)"},
 		{"", "kubelet-client-key", KubeletClientKey, "key of the kubelet client certificate"},
-		{"", "kubelet-certificate-authority", CACert, "verify kubelets' serving certificates instead of trusting any"},
+		{"", "kubelet-certificate-authority", CATrustCert, "verify kubelets' serving certificates instead of trusting any (the cluster CA's trust bundle)"},
 		{"", "kubelet-preferred-address-types", "InternalIP,Hostname", "reach kubelets by their --node-ip: hard-way hosts often lack DNS for node names (and have no ExternalIP)"},
 		{"", "encryption-provider-config", EncryptionConfig, "encrypt Secrets at rest in etcd"},
 		{">= 1.26.0", "encryption-provider-config-automatic-reload", "true", "pick up a rotated encryption key without a restart"},
@@ -210,6 +210,11 @@ func apiserverFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		{"", "requestheader-extra-headers-prefix", "X-Remote-Extra-", "aggregation layer: extra-attribute header prefix (kubeadm's value)"},
 		{"", "proxy-client-cert-file", FrontProxyClientCert, "certificate the apiserver presents to extension apiservers (metrics-server)"},
 		{"", "proxy-client-key-file", FrontProxyClientKey, "key of the front-proxy client certificate"},
+		// Without it a restart waits the whole 60 s shutdown timeout for the
+		// watches of every client (kubelets, controllers, CoreDNS) on HTTP/2
+		// connections, which never end by themselves: each host of a rolling
+		// restart cost a minute.
+		{">= 1.27.0", "shutdown-watch-termination-grace-period", "10s", "at shutdown, end open watches (clients re-establish them on another apiserver) instead of waiting out the 60 s server shutdown timeout"},
 		{"", "audit-policy-file", AuditPolicy, "what to audit: metadata of every request, never bodies"},
 		{"", "audit-log-path", AuditLog, "write the audit log to a file"},
 		{"", "audit-log-maxage", "30", "keep rotated audit logs 30 days"},
@@ -232,10 +237,10 @@ func controllerManagerFlags(inv *inventory.Inventory) []flagDef {
 		allocateNodeCIDRs(inv),
 		{"", "cluster-cidr", inv.Network.PodCIDR, "the pod network that node slices come from"},
 		{"", "service-cluster-ip-range", inv.Network.ServiceCIDR, "must match the apiserver's"},
-		{"", "client-ca-file", CACert, "authenticate client certificates signed by the cluster CA"},
+		{"", "client-ca-file", CATrustCert, "authenticate client certificates signed by the cluster CA (the cluster CA's trust bundle)"},
 		{"", "requestheader-client-ca-file", FrontProxyTrustCert, "trust requests proxied by the aggregation layer (the front-proxy trust bundle)"},
-		{"", "root-ca-file", CACert, "CA bundle put into every service-account token secret and kube-root-ca.crt"},
-		{"", "cluster-signing-cert-file", CACert, "sign approved CSRs (kubelet certificates) with the cluster CA"},
+		{"", "root-ca-file", CATrustCert, "CA bundle put into every service-account token secret and kube-root-ca.crt (the trust bundle: pods trust old and new CA during a rotation)"},
+		{"", "cluster-signing-cert-file", CACert, "sign approved CSRs (kubelet certificates) with the cluster CA itself (the new one, once a rotation made it)"},
 		{"", "cluster-signing-key-file", CAKey, "key of the cluster CA, for CSR signing"},
 		{"", "service-account-private-key-file", ServiceAccountKey, "sign legacy service-account token secrets with the same key as the apiserver"},
 	}

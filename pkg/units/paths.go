@@ -17,8 +17,12 @@ const (
 	// Certificates and keys keep their names from the PKI table
 	// (<state>/pki/<name>.crt|.key), except per-host etcd ones, which drop the
 	// host suffix: each host holds only its own.
-	CACert                = KubeDir + "/ca.crt"
-	CAKey                 = KubeDir + "/ca.key" // controller-manager signs CSRs with it
+	CACert = KubeDir + "/ca.crt" // the cluster CA itself: the controller-manager signs CSRs with it
+	CAKey  = KubeDir + "/ca.key"
+	// CATrustCert is what trusts the cluster CA (--client-ca-file,
+	// --kubelet-certificate-authority, --root-ca-file): the cluster CA's
+	// trust bundle, both CAs during 'hardway rotate ca --which kubernetes'.
+	CATrustCert           = KubeDir + "/ca-trust.crt"
 	APIServerCert         = KubeDir + "/kube-apiserver.crt"
 	APIServerKey          = KubeDir + "/kube-apiserver.key"
 	KubeletClientCert     = KubeDir + "/apiserver-kubelet-client.crt"

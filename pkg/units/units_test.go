@@ -132,7 +132,7 @@ func TestFlagsPerVersion(t *testing.T) {
 					"service-cluster-ip-range":         "10.32.0.0/24",
 					"cluster-signing-cert-file":        CACert,
 					"cluster-signing-key-file":         CAKey,
-					"root-ca-file":                     CACert,
+					"root-ca-file":                     CATrustCert,
 					"use-service-account-credentials":  "true",
 					"leader-elect":                     "true",
 					"controllers":                      "*,bootstrapsigner,tokencleaner",
@@ -424,7 +424,10 @@ func TestRestarts(t *testing.T) {
 		want    []string
 	}{
 		{[]string{SchedulerConfig}, []string{Scheduler}},
-		{[]string{CACert, EtcdCACert}, []string{Etcd, APIServer, ControllerManager}},
+		// The apiserver keeps the CA itself only for the identity check: the
+		// trust bundle is what it reads.
+		{[]string{CACert, EtcdCACert}, []string{Etcd, ControllerManager}},
+		{[]string{CATrustCert}, []string{APIServer, ControllerManager}},
 		{[]string{BinPath("etcdctl"), FrontProxyCAKey}, nil},
 		{[]string{UnitPath(Scheduler), ServiceAccountKey}, []string{APIServer, ControllerManager, Scheduler}},
 	} {

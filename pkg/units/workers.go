@@ -133,7 +133,9 @@ func workerComponents() []Component {
 			},
 			Health: Health{Scheme: "http", Port: KubeletHealthzPort, Path: "/healthz"},
 			Files: []Copy{
-				{Path: KubeletCACert, Kind: SourceCert, Name: "ca"},
+				// clientCAFile: the cluster CA's trust bundle (both CAs during
+				// a rotation), under the path kubelets always had.
+				{Path: KubeletCACert, Kind: SourceCert, Name: "ca-trust-bundle"},
 				{Path: KubeletCert, Kind: SourceCert, Name: "kubelet-{host}"},
 				{Path: KubeletKey, Kind: SourceKey, Name: "kubelet-{host}"},
 				{Path: KubeletKubeconfig, Kind: SourceKubeconfig, Name: "{host}"},

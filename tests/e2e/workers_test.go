@@ -312,6 +312,9 @@ func TestWorkers(t *testing.T) {
 	// Last: they change the cluster (and put it back).
 	e.diagnosisScenarios(t)
 	e.churnScenarios(t)
+	// After every other scenario: it replaces the cluster CA (and leaves the
+	// cluster converged on the new one).
+	e.kubernetesCAScenarios(t)
 }
 
 // The seeds' bring-your-own-CNI failures, diagnosed on the live cluster
