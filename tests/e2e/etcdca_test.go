@@ -251,7 +251,10 @@ func (e *env) etcdCAScenarios(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &res); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		if !res.Complete || res.ResumedAfter < 1 || res.OldCA != pki.CA || res.CA != pki.EtcdCA || len(res.Reissued) != 7 {
+		// The killed run may have reissued some of the 7 leaves before the
+		// kill reached it (local writes, quick): the next run reissues the
+		// rest, and every one of them is checked below.
+		if !res.Complete || res.ResumedAfter < 1 || res.OldCA != pki.CA || res.CA != pki.EtcdCA || len(res.Reissued) > 7 {
 			t.Errorf("result: %+v", res)
 		}
 		if _, err := os.Stat(record); err == nil {
@@ -263,6 +266,23 @@ func (e *env) etcdCAScenarios(t *testing.T) {
 		want, err := os.ReadFile(st.Cert(pki.EtcdCA))
 		if err != nil {
 			t.Fatal(err)
+		}
+		etcdCA, err := pki.ParseCertificate(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaves := []string{"apiserver-etcd-client"}
+		for _, h := range e.res.Hosts {
+			leaves = append(leaves, "etcd-server-"+h.Name, "etcd-peer-"+h.Name)
+		}
+		for _, name := range leaves {
+			b, err := os.ReadFile(st.Cert(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, err := pki.ParseCertificate(b); err != nil || c.CheckSignatureFrom(etcdCA) != nil {
+				t.Errorf("%s is not signed by the new etcd CA: %v", name, err)
+			}
 		}
 		for _, h := range e.res.Hosts {
 			for _, p := range []string{"/etc/etcd/ca.crt", "/var/lib/kubernetes/etcd-ca.crt", "/etc/etcd/etcd-ca.crt"} {
