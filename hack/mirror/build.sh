@@ -688,21 +688,54 @@ case ${HARDWAY_MIRROR_FROM:-auto} in
 esac
 official_taken=() source_built=()
 
-# in the order of ALL, each once: etcd first (a minute), Kubernetes next (a quarter of an hour)
+# in the order of ALL, each once: the official release, the cache, or a source build
+todo=()
 for c in "${ALL[@]}"; do
   for x in "${want[@]}"; do
     [ "$x" = "$c" ] || continue
     if grep -qx "official $c" <<<"$taken" && "${c}_complete"; then
       log "$c: the official release, checksums verified"; official_taken+=("$c")
     elif "${c}_complete"; then log "$c: cached"
-    else timed "$c" "build_$c"; source_built+=("$c")
-    fi
-    if [ "$c" = kubernetes ]; then
-      minor_line=${K8S_VERSION#v}; minor_line=${minor_line%.*}
-      printf '%s' "$K8S_VERSION" | write_atomic "$MIRROR/kubernetes/release/stable-$minor_line.txt"
+    else todo+=("$c")
     fi
     break
   done
+done
+
+# Kubernetes is most of a cold build (10 min of compiling on 2 cores). It builds beside the
+# others, so that their module downloads (3-4 min in all, network-bound) overlap its compiling
+# instead of leaving the cores idle. Each writes only its own wrapper module and output;
+# Go's module and build caches are safe for concurrent use.
+k8s_pid=""
+stop_k8s() { # the background build and the go commands under it, if a foreground build failed
+  local p kids
+  [ -n "$k8s_pid" ] || return 0
+  kids=$(pgrep -P "$k8s_pid" || true)
+  for p in $kids; do pkill -TERM -P "$p" 2>/dev/null || true; kill -TERM "$p" 2>/dev/null || true; done
+  kill -TERM "$k8s_pid" 2>/dev/null || true
+}
+trap stop_k8s EXIT
+if [ ${#todo[@]} -gt 1 ] && grep -qw kubernetes <<<"${todo[*]}"; then
+  ( timed kubernetes build_kubernetes && echo "${TIMES[kubernetes]}" > "$WORK/.kubernetes-build-time" ) &
+  k8s_pid=$!
+  log "kubernetes: building in the background (pid $k8s_pid) beside ${todo[*]/kubernetes/}"
+fi
+for c in "${todo[@]}"; do
+  if [ "$c" = kubernetes ] && [ -n "$k8s_pid" ]; then continue; fi
+  timed "$c" "build_$c"; source_built+=("$c")
+done
+if [ -n "$k8s_pid" ]; then
+  wait "$k8s_pid" || { k8s_pid=""; die "kubernetes: the source build failed (see above)"; }
+  k8s_pid=""
+  TIMES[kubernetes]=$(cat "$WORK/.kubernetes-build-time"); source_built+=(kubernetes)
+fi
+trap - EXIT
+for x in "${want[@]}"; do
+  if [ "$x" = kubernetes ]; then
+    minor_line=${K8S_VERSION#v}; minor_line=${minor_line%.*}
+    printf '%s' "$K8S_VERSION" | write_atomic "$MIRROR/kubernetes/release/stable-$minor_line.txt"
+    break
+  fi
 done
 
 log "mirror ready in $(( $(date +%s) - T0 ))s: $MIRROR"
