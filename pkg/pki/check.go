@@ -3,7 +3,6 @@ package pki
 import (
 	"crypto"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -76,11 +75,11 @@ func Check(inv *inventory.Inventory, dir state.Dir, now time.Time) []CheckResult
 	// still signed by the old CA, which everything still trusts: that is
 	// the rotation's own order, not a fault (the rotation's warning says
 	// what finishes it).
-	oldCAs := map[string]*CARotation{}
+	oldCAs := map[string]oldCA{}
 	if rs, err := CARotationsUnderWay(dir); err == nil {
 		for _, r := range rs {
-			if r.Done < PhaseReissue {
-				oldCAs[r.Target().CA] = r
+			if c, err := parseCert([]byte(r.OldCert)); err == nil && r.Done < PhaseReissue {
+				oldCAs[r.Target().CA] = oldCA{cert: c, which: r.Which}
 			}
 		}
 	}
@@ -198,14 +197,14 @@ func checkCA(r *CheckResult, e Entry, inv *inventory.Inventory, dir state.Dir, n
 	return cert
 }
 
-func checkLeaf(r *CheckResult, e Entry, ca *x509.Certificate, rot *CARotation, dir state.Dir, now time.Time) {
+func checkLeaf(r *CheckResult, e Entry, ca *x509.Certificate, old oldCA, dir state.Dir, now time.Time) {
 	cert, _ := loadPair(r, dir, e.Name)
 	if cert == nil {
 		return
 	}
 	if ca != nil && cert.CheckSignatureFrom(ca) != nil {
-		if old, err := rotationOldCA(rot); err == nil && cert.CheckSignatureFrom(old) == nil {
-			r.warn("signed by the old %s: the CA rotation under way reissues it (hardway rotate ca --which %s)", e.CA, rot.Which)
+		if old.cert != nil && cert.CheckSignatureFrom(old.cert) == nil {
+			r.warn("signed by the old %s: the CA rotation under way reissues it (hardway rotate ca --which %s)", e.CA, old.which)
 		} else {
 			r.fail("not signed by the current %s", e.CA)
 		}
@@ -232,12 +231,11 @@ func checkLeaf(r *CheckResult, e Entry, ca *x509.Certificate, rot *CARotation, d
 	checkExpiry(r, cert, now, "hardway certs renew "+e.Name+" reissues it")
 }
 
-// rotationOldCA is the CA a rotation replaces; an error without one.
-func rotationOldCA(rot *CARotation) (*x509.Certificate, error) {
-	if rot == nil {
-		return nil, errors.New("no rotation")
-	}
-	return parseCert([]byte(rot.OldCert))
+// oldCA is the CA a rotation under way replaces, parsed once for every leaf
+// it signed, and the rotation's --which.
+type oldCA struct {
+	cert  *x509.Certificate
+	which string
 }
 
 func checkServiceAccount(dir state.Dir) CheckResult {

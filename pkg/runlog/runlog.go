@@ -5,6 +5,7 @@
 package runlog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -102,7 +103,7 @@ func (l *Log) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	l.partial = append(l.partial, p...)
 	for {
-		i := strings.IndexByte(string(l.partial), '\n')
+		i := bytes.IndexByte(l.partial, '\n')
 		if i < 0 {
 			break
 		}
