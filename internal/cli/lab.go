@@ -94,6 +94,29 @@ for them:
 		},
 	}
 
+	base := &cobra.Command{
+		Use:   "base",
+		Short: "Build the lab hosts' shared Debian rootfs now (lab up builds it on first use)",
+		Long: `hardway lab base builds the read-only Debian rootfs that every lab host boots
+from (debootstrap from this machine's apt sources, a few minutes, once; kept
+under --root/lab-base), and prints its directory. 'lab up' builds it on first
+use; building it ahead lets it download while other work runs, as 'make test'
+does during lint and the mirror build. Nothing is built when it is there.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := newLab()
+			if err != nil {
+				return err
+			}
+			dir, err := l.Base(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.Stdout, dir)
+			return nil
+		},
+	}
+
 	var output string
 	status := &cobra.Command{
 		Use:   "status",
@@ -132,7 +155,7 @@ for them:
 	}
 	status.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 
-	cmd.AddCommand(up, down, status)
+	cmd.AddCommand(up, down, status, base)
 	return cmd
 }
 

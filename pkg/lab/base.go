@@ -59,6 +59,18 @@ var networkUnits = []string{
 	"systemd-timesyncd.service",
 }
 
+// Base builds the shared read-only lower layer every lab host boots from, if
+// it is not built yet, and returns its directory. Up builds it on first use;
+// calling Base first lets a script build it while other work runs (make test
+// does, during lint and the mirror build: debootstrap mostly waits on the
+// network and the disk).
+func (l *Lab) Base(ctx context.Context) (string, error) {
+	if err := preflight(); err != nil {
+		return "", err
+	}
+	return l.ensureBase(ctx)
+}
+
 // ensureBase debootstraps the shared read-only lower layer once; later labs
 // reuse it. A lock keeps two concurrent `lab up`s from building it twice.
 func (l *Lab) ensureBase(ctx context.Context) (string, error) {

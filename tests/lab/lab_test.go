@@ -276,10 +276,10 @@ func TestRefusesBusyNetwork(t *testing.T) {
 		},
 		{
 			name:    "subnet has an address",
-			setup:   [][]string{{"link", "add", "hwt2x", "type", "bridge"}, {"addr", "add", "10.240.8.5/24", "dev", "hwt2x"}},
+			setup:   [][]string{{"link", "add", "hwt2x", "type", "bridge"}, {"addr", "add", "10.240.17.5/24", "dev", "hwt2x"}},
 			links:   []string{"hwt2x"},
-			net:     "10.240.8",
-			wantErr: "10.240.8.0/24 is already in use",
+			net:     "10.240.17",
+			wantErr: "10.240.17.0/24 is already in use",
 		},
 	}
 	for _, tt := range tests {
@@ -310,5 +310,41 @@ func TestRefusesBusyNetwork(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBase: `hardway lab base` (Lab.Base) gives the rootfs every lab boots
+// from, and a second call builds nothing (make test calls it ahead, in the
+// background, and the labs then find it).
+func TestBase(t *testing.T) {
+	requireRoot(t)
+	l, err := lab.New(lab.Config{Dir: t.TempDir(), Prefix: "hwt9", Log: testLog{T: t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := l.Base(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamp := filepath.Join(dir, "etc/hardway-lab-base")
+	before, err := os.Stat(stamp)
+	if err != nil {
+		t.Fatalf("the base %s has no stamp: %v", dir, err)
+	}
+	for _, f := range []string{"usr/lib/systemd/systemd", "usr/sbin/sshd"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("the base lacks %s: %v", f, err)
+		}
+	}
+	again, err := l.Base(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(stamp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != dir || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("the second Base rebuilt: %s (stamp %v) after %s (stamp %v)", again, after.ModTime(), dir, before.ModTime())
 	}
 }
