@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -180,6 +181,14 @@ type serviceOpts struct {
 	// guard is checked right before a restart; its error stops the action
 	// before anything is touched.
 	guard func(ctx context.Context) error
+	// alsoStart are units of the same host started (without waiting) as
+	// soon as this one's start returned, before its health wait: a new
+	// host's controller-manager and scheduler start once its apiserver
+	// serves (a notify unit: its start returns then), not once /readyz
+	// passes. They retry until the apiserver answers, as kubeadm's static
+	// pods, which start together, do. Their own actions, later in the
+	// plan, find them started and wait for their health.
+	alsoStart []string
 }
 
 // serviceAction returns the action that brings comp on h to enabled and
@@ -190,7 +199,11 @@ func (c *Cluster) serviceAction(h inventory.Host, sh remote.Host, sn *snapshot, 
 	if kind == "" {
 		return nil
 	}
-	return &plan.Action{Host: h.Name, Kind: kind, Desc: comp + ": " + strings.Join(ops, ", "), Do: func(ctx context.Context) error {
+	desc := comp + ": " + strings.Join(ops, ", ")
+	if len(o.alsoStart) > 0 {
+		desc += " (then " + strings.Join(o.alsoStart, ", ") + ": start, as soon as it serves)"
+	}
+	return &plan.Action{Host: h.Name, Kind: kind, Desc: desc, Do: func(ctx context.Context) error {
 		if kind == plan.Restart && o.guard != nil {
 			if err := o.guard(ctx); err != nil {
 				return err
@@ -214,6 +227,15 @@ func (c *Cluster) serviceAction(h inventory.Host, sh remote.Host, sn *snapshot, 
 				return withJournal(ctx, sh, unit, err)
 			}
 		}
+		if len(o.alsoStart) > 0 {
+			also := make([]string, len(o.alsoStart))
+			for i, c := range o.alsoStart {
+				also[i] = remote.Quote(c + ".service")
+			}
+			if _, err := sh.Run(ctx, "systemctl start --no-block -- "+strings.Join(also, " "), nil); err != nil {
+				return fmt.Errorf("start %s: %w", strings.Join(o.alsoStart, ", "), err)
+			}
+		}
 		if o.wait != nil && !o.noBlock {
 			wctx, cancel := context.WithTimeout(ctx, c.opt.ServiceTimeout)
 			defer cancel()
@@ -231,6 +253,13 @@ func (c *Cluster) serviceAction(h inventory.Host, sh remote.Host, sn *snapshot, 
 
 // --- control plane -----------------------------------------------------
 
+// stopped reports whether comp's unit is not running on the host, so that
+// its action starts it.
+func stopped(sn *snapshot, comp string) bool {
+	ops, _ := serviceOps(sn.Units[comp], sn.Pending[comp])
+	return slices.Contains(ops, opStart)
+}
+
 func (c *Cluster) planControlPlane(ctx context.Context, earlier plan.Planned) ([]plan.Action, error) {
 	snaps, err := c.snapshots(ctx, earlier)
 	if err != nil {
@@ -243,7 +272,15 @@ func (c *Cluster) planControlPlane(ctx context.Context, earlier plan.Planned) ([
 			if err != nil {
 				return nil, err
 			}
-			a := c.serviceAction(h, sh, snaps[h.Name], comp, serviceOpts{wait: func(ctx context.Context) error { return c.componentHealthy(ctx, h, comp) }})
+			o := serviceOpts{wait: func(ctx context.Context) error { return c.componentHealthy(ctx, h, comp) }}
+			if comp == units.APIServer && stopped(snaps[h.Name], comp) {
+				for _, other := range []string{units.ControllerManager, units.Scheduler} {
+					if stopped(snaps[h.Name], other) {
+						o.alsoStart = append(o.alsoStart, other)
+					}
+				}
+			}
+			a := c.serviceAction(h, sh, snaps[h.Name], comp, o)
 			switch {
 			case a == nil:
 			case a.Kind == plan.Restart:
@@ -253,8 +290,10 @@ func (c *Cluster) planControlPlane(ctx context.Context, earlier plan.Planned) ([
 			default:
 				// Not running: nothing is served there to keep, so every
 				// host starts at once (a new cluster waits once, not three
-				// times). One host's components still go in order,
-				// apiserver first, each after the one before is healthy.
+				// times). One host's components go in order: the
+				// apiserver first; the controller-manager and scheduler
+				// as soon as it serves (alsoStart), each waited for after
+				// the apiserver is ready.
 				a.Parallel = true
 				starts = append(starts, *a)
 			}
