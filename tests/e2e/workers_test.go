@@ -172,6 +172,22 @@ func TestWorkers(t *testing.T) {
 		e.t = t
 		ip := strings.TrimSpace(e.mustK("get", "svc", "hello", "-o", "jsonpath={.spec.clusterIP}"))
 		for _, w := range []string{"worker-1", "worker-2"} {
+			// The Service was made with the pods, seconds ago: its
+			// EndpointSlice follows the pods' readiness, and each
+			// kube-proxy's next sync follows the slice. Until then the
+			// Service refuses (no endpoints: REJECT), so wait for a first
+			// answer, bounded; after it, every request must succeed.
+			deadline := time.Now().Add(time.Minute)
+			for {
+				out, err := e.ssh(w, "curl -sS --max-time 5 http://"+ip+"/")
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s -> Service %s: no answer within a minute of its pods being Ready: %v %s", w, ip, err, out)
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
 			seen := map[string]bool{}
 			for i := 0; i < 20 && len(seen) < 2; i++ {
 				out, err := e.ssh(w, "curl -sS --max-time 5 http://"+ip+"/")
