@@ -273,9 +273,14 @@ func (c *Cluster) planControlPlane(ctx context.Context, earlier plan.Planned) ([
 				return nil, err
 			}
 			o := serviceOpts{wait: func(ctx context.Context) error { return c.componentHealthy(ctx, h, comp) }}
-			if comp == units.APIServer && stopped(snaps[h.Name], comp) {
+			if sn := snaps[h.Name]; comp == units.APIServer && stopped(sn, comp) {
 				for _, other := range []string{units.ControllerManager, units.Scheduler} {
-					if stopped(snaps[h.Name], other) {
+					// A unit whose file changed since systemd loaded it
+					// starts early only behind the apiserver's own
+					// daemon-reload; else systemd would run the old file,
+					// and its own action, finding it running, would not
+					// restart it.
+					if stopped(sn, other) && (!sn.Units[other].NeedReload || sn.Units[comp].NeedReload) {
 						o.alsoStart = append(o.alsoStart, other)
 					}
 				}

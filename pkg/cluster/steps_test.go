@@ -322,6 +322,22 @@ func TestPlanControlPlaneStartsTogetherRestartsRoll(t *testing.T) {
 				{"start c1: kube-controller-manager: enable, start", true}, {"start c2: kube-controller-manager: enable, start", true}, {"start c3: kube-controller-manager: enable, start", true},
 				{"start c1: kube-scheduler: enable, start", true}, {"start c2: kube-scheduler: enable, start", true}, {"start c3: kube-scheduler: enable, start", true},
 			}},
+		{name: "new host, the scheduler's unit changed since systemd loaded it: it waits for its own daemon-reload",
+			setup: func(fc *fakeCluster) {
+				for _, m := range fc.model {
+					for _, comp := range cp {
+						m.units[comp] = remote.UnitState{State: "inactive", Enabled: true}
+					}
+				}
+				fc.model["c2"].units[units.Scheduler] = remote.UnitState{State: "inactive", Enabled: true, NeedReload: true}
+			},
+			want: []want{
+				{"start c1: kube-apiserver: start (then kube-controller-manager, kube-scheduler: start, as soon as it serves)", true},
+				{"start c2: kube-apiserver: start (then kube-controller-manager: start, as soon as it serves)", true},
+				{"start c3: kube-apiserver: start (then kube-controller-manager, kube-scheduler: start, as soon as it serves)", true},
+				{"start c1: kube-controller-manager: start", true}, {"start c2: kube-controller-manager: start", true}, {"start c3: kube-controller-manager: start", true},
+				{"start c1: kube-scheduler: start", true}, {"start c2: kube-scheduler: daemon-reload, start", true}, {"start c3: kube-scheduler: start", true},
+			}},
 		{name: "live cluster, files changed on every host",
 			earlier: plan.Planned{
 				{Host: "c1", Kind: plan.Write, Restarts: []string{units.APIServer}},
