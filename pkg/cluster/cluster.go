@@ -84,6 +84,9 @@ type Cluster struct {
 	// replace them with fakes.
 	newEtcd func() (etcdAPI, error)
 	newKube func(h inventory.Host) (kubernetes.Interface, error)
+	// healthProbe asks a component's health endpoint once (probe); tests
+	// replace it, as their fake hosts forward no connections.
+	healthProbe func(ctx context.Context, h inventory.Host, comp string) error
 	// maint reaches etcd's maintenance calls and the apiservers' readiness
 	// for 'hardway etcd defrag' (see maintenance.go); tests replace it.
 	maint maintHooks
@@ -133,6 +136,7 @@ func New(inv *inventory.Inventory, opt Options) *Cluster {
 	c := &Cluster{Inv: inv, opt: opt, hosts: map[string]remote.Host{}}
 	c.newEtcd = c.dialEtcd
 	c.newKube = c.dialKube
+	c.healthProbe = c.probe
 	return c
 }
 

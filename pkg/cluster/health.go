@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/kube"
 	"github.com/hardway/hardway/pkg/poll"
 	"github.com/hardway/hardway/pkg/units"
 )
@@ -22,7 +23,7 @@ var healthPoll = poll.Options{Interval: 200 * time.Millisecond, Max: time.Second
 
 // componentHealthy polls a component's health endpoint through SSH.
 func (c *Cluster) componentHealthy(ctx context.Context, h inventory.Host, comp string) error {
-	return poll.Until(ctx, healthPoll, func(ctx context.Context) error { return c.probe(ctx, h, comp) })
+	return poll.Until(ctx, healthPoll, func(ctx context.Context) error { return c.healthProbe(ctx, h, comp) })
 }
 
 // probe GETs the component's health endpoint once, through the host's SSH
@@ -59,4 +60,23 @@ func (c *Cluster) probe(ctx context.Context, h inventory.Host, comp string) erro
 		return fmt.Errorf("%s %s: %s", ep.Path, resp.Status, strings.TrimSpace(string(body)))
 	}
 	return nil
+}
+
+// leaderElected polls until comp's leader-election Lease names a holder,
+// asking h's apiserver. A controller-manager or scheduler answers /healthz
+// before it has won its first election; an up that ended there left a
+// cluster whose verify, run right after, found no Lease (a CI run did).
+// Only a start waits for it: a running component's Lease exists already.
+func (c *Cluster) leaderElected(ctx context.Context, h inventory.Host, comp string) error {
+	cs, err := c.Kube(h)
+	if err != nil {
+		return err
+	}
+	return poll.Until(ctx, healthPoll, func(ctx context.Context) error {
+		holder, err := kube.LeaseHolder(ctx, cs, comp)
+		if err == nil && holder == "" {
+			err = fmt.Errorf("lease kube-system/%s has no holder", comp)
+		}
+		return err
+	})
 }

@@ -273,6 +273,16 @@ func (c *Cluster) planControlPlane(ctx context.Context, earlier plan.Planned) ([
 				return nil, err
 			}
 			o := serviceOpts{wait: func(ctx context.Context) error { return c.componentHealthy(ctx, h, comp) }}
+			if comp != units.APIServer && stopped(snaps[h.Name], comp) {
+				// A start also waits for a leader, so that the up ends
+				// with one (verify checks the Lease).
+				o.wait = func(ctx context.Context) error {
+					if err := c.componentHealthy(ctx, h, comp); err != nil {
+						return err
+					}
+					return c.leaderElected(ctx, h, comp)
+				}
+			}
 			if sn := snaps[h.Name]; comp == units.APIServer && stopped(sn, comp) {
 				for _, other := range []string{units.ControllerManager, units.Scheduler} {
 					// A unit whose file changed since systemd loaded it
