@@ -21,6 +21,7 @@ import (
 	"github.com/hardway/hardway/pkg/dnsq"
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/poll"
 	"github.com/hardway/hardway/pkg/verify"
 )
 
@@ -34,7 +35,7 @@ const dnsQueryTimeout = 5 * time.Second
 func (c *Cluster) DNSStep() plan.Step {
 	return plan.Step{Name: StepDNS,
 		Doc: "with workers: CoreDNS (ServiceAccount, RBAC, the Corefile, a Deployment of 2 spread over the workers, the kube-dns Service " +
-			"on the kubelets' cluster DNS address) from templates/coredns.yaml.tmpl, server-side applied when it differs, then waited for",
+			"on the kubelets' cluster DNS address) from templates/coredns.yaml.tmpl, server-side applied when it differs, then waited for until it answers from every worker",
 		Plan: c.planDNS}
 }
 
@@ -82,7 +83,7 @@ func (c *Cluster) planDNS(ctx context.Context, earlier plan.Planned) ([]plan.Act
 		return actions, nil
 	}
 	timeout := max(c.opt.ServiceTimeout, 3*time.Minute)
-	actions = append(actions, plan.Action{Kind: plan.Wait, Desc: fmt.Sprintf("wait for CoreDNS to be available (%d replicas, at most %s)", cfg.Replicas, timeout),
+	actions = append(actions, plan.Action{Kind: plan.Wait, Desc: fmt.Sprintf("wait for CoreDNS to be available (%d replicas, at most %s), then for %s to answer from every worker (at most %s)", cfg.Replicas, timeout, cfg.ClusterIP, dnsResolveWait),
 		Do: func(ctx context.Context) error {
 			cs, err := c.kubeClient()
 			if err != nil {
@@ -93,9 +94,55 @@ func (c *Cluster) planDNS(ctx context.Context, earlier plan.Planned) ([]plan.Act
 				return err
 			}
 			c.logf("[dns] CoreDNS available after %s", time.Since(start).Round(100*time.Millisecond))
+			c.waitResolvable(ctx, cs, dnsResolveWait)
 			return nil
 		}})
 	return actions, nil
+}
+
+// dnsResolveWait bounds how long the dns step waits, after CoreDNS is
+// available, for the cluster DNS address to answer from every worker (a
+// variable: tests shorten it).
+var dnsResolveWait = 30 * time.Second
+
+// waitResolvable waits, at most bound, until every worker resolves through
+// the cluster DNS address, as verify's dns/resolve checks it. A Deployment
+// is available when its pods are ready; the EndpointSlice and then each
+// worker's kube-proxy follow within a second or so, and a verify run in
+// that second would fail. What still fails after bound is printed with its
+// cause and hint, and the step goes on: verify reports it, and a DNS
+// path broken for reasons up does not mend must not fail the whole run.
+func (c *Cluster) waitResolvable(ctx context.Context, cs kubernetes.Interface, bound time.Duration) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	res := make([]verify.Result, len(c.Inv.Workers))
+	forEachWorker(ctx, c.Inv.Workers, func(ctx context.Context, i int, w inventory.Host) {
+		_ = poll.Until(ctx, poll.Options{Interval: 200 * time.Millisecond, Max: time.Second, Attempt: dnsQueryTimeout}, func(ctx context.Context) error {
+			f, err := c.readDNSFacts(ctx, cs)
+			if err != nil {
+				res[i] = verify.Failf(w.Name, "", "%v", err)
+				return err
+			}
+			res[i] = c.resolve(ctx, cs, w.Name, f)
+			if res[i].Status != verify.Pass {
+				return errors.New(res[i].Message)
+			}
+			return nil
+		})
+	})
+	var failed []string
+	for _, r := range res {
+		if r.Status != verify.Pass {
+			failed = append(failed, fmt.Sprintf("%s: %s (hint: %s)", r.Host, r.Message, r.Hint))
+		}
+	}
+	if len(failed) > 0 {
+		c.logf("[dns] warning: cluster DNS does not answer from every worker after %s: %s; 'hardway verify' checks it again",
+			bound, strings.Join(failed, "; "))
+		return
+	}
+	c.logf("[dns] %s answers from every worker after %s", c.Inv.ClusterDNS(), time.Since(start).Round(100*time.Millisecond))
 }
 
 func firstLineOf(s string) string {
@@ -241,7 +288,7 @@ func (c *Cluster) checkDNS(ctx context.Context) []verify.Result {
 	// leaves nothing behind. `hardway smoke` resolves from a real pod.
 	res := make([]verify.Result, len(c.Inv.Workers))
 	forEachWorker(ctx, c.Inv.Workers, func(ctx context.Context, i int, w inventory.Host) {
-		r := c.resolveFrom(ctx, cs, w.Name, f)
+		r := c.resolve(ctx, cs, w.Name, f)
 		r.Check, r.Host = "dns/resolve", w.Name
 		res[i] = r
 	})

@@ -1,0 +1,92 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/verify"
+)
+
+// The dns step's wait goes on after CoreDNS is available until the cluster
+// DNS address answers from every worker (a Deployment is available a moment
+// before each kube-proxy routes its Service; a verify run in that moment
+// would fail dns/resolve). A worker that never answers is a warning naming it,
+// its cause and hint, after the bound, not a failed up.
+func TestDNSWaitUntilEveryWorkerResolves(t *testing.T) {
+	ctx := context.Background()
+	src := "controlPlane:\n  - {name: c1, address: 10.240.0.11}\nworkers:\n  - {name: w1, address: 10.240.0.21}\n  - {name: w2, address: 10.240.0.22}\n"
+	inv, err := inventory.Parse("inv.yaml", "inv.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration) { dnsResolveWait = d }(dnsResolveWait)
+	for _, tc := range []struct {
+		name     string
+		failsFor int // w2's first answers that fail
+		bound    time.Duration
+		want     string
+	}{
+		{"w2 answers after a few tries", 3, 20 * time.Second, "[dns] 10.32.0.10 answers from every worker after"},
+		{"w2 never answers", 1 << 30, time.Second, "[dns] warning: cluster DNS does not answer from every worker after 1s: w2: connect to 10.32.0.10:53: refused (hint: check kube-proxy on w2)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dnsResolveWait = tc.bound
+			var out bytes.Buffer
+			c := New(inv, Options{Out: &out})
+			api := fake.NewClientset(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"}, Spec: corev1.ServiceSpec{ClusterIP: "10.32.0.1"}})
+			c.newKube = func(inventory.Host) (kubernetes.Interface, error) { return api, nil }
+			var mu sync.Mutex
+			calls := map[string]int{}
+			c.resolve = func(_ context.Context, _ kubernetes.Interface, host string, _ *dnsFacts) verify.Result {
+				mu.Lock()
+				defer mu.Unlock()
+				calls[host]++
+				if host == "w2" && calls[host] <= tc.failsFor {
+					return verify.Failf(host, "check kube-proxy on w2", "%v", errors.New("connect to 10.32.0.10:53: refused"))
+				}
+				return verify.OKf(host, "ok")
+			}
+			as, err := c.planDNS(ctx, nil)
+			if err != nil || len(as) != 2 || as[1].Kind != plan.Wait {
+				t.Fatalf("%v %+v", err, as)
+			}
+			if err := as[0].Do(ctx); err != nil {
+				t.Fatal(err)
+			}
+			d, err := api.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := *d.Spec.Replicas
+			d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.AvailableReplicas = n, n, n
+			if _, err := api.AppsV1().Deployments("kube-system").UpdateStatus(ctx, d, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			if err := as[1].Do(ctx); err != nil {
+				t.Fatalf("the wait failed the step: %v", err)
+			}
+			if !strings.Contains(out.String(), tc.want) {
+				t.Fatalf("output %q, want %q", out.String(), tc.want)
+			}
+			if calls["w2"] < min(tc.failsFor+1, 2) {
+				t.Fatalf("w2 asked %d times", calls["w2"])
+			}
+			if el := time.Since(start); el > tc.bound+5*time.Second {
+				t.Fatalf("the wait took %s, bound %s", el, tc.bound)
+			}
+		})
+	}
+}
