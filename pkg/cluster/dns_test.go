@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -13,16 +14,25 @@ import (
 	"github.com/hardway/hardway/pkg/plan"
 )
 
-// The dns step's plan only reads; its apply converges, and the next plan
-// is empty; a CoreDNS scaled to 0 is planned back.
-func TestPlanDNS(t *testing.T) {
-	ctx := context.Background()
-	src := "controlPlane:\n  - {name: c1, address: 10.240.0.11}\nworkers:\n  - {name: w1, address: 10.240.0.21}\n"
+// withWorkers is an inventory of one controller, c1, and n workers w1..wn.
+func withWorkers(t *testing.T, n int) *inventory.Inventory {
+	t.Helper()
+	src := "controlPlane:\n  - {name: c1, address: 10.240.0.11}\nworkers:\n"
+	for i := 1; i <= n; i++ {
+		src += fmt.Sprintf("  - {name: w%d, address: 10.240.0.%d}\n", i, 20+i)
+	}
 	inv, err := inventory.Parse("inv.yaml", "inv.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := New(inv, Options{})
+	return inv
+}
+
+// The dns step's plan only reads; its apply converges, and the next plan
+// is empty; a CoreDNS scaled to 0 is planned back.
+func TestPlanDNS(t *testing.T) {
+	ctx := context.Background()
+	c := New(withWorkers(t, 1), Options{})
 	api := fake.NewClientset()
 	c.newKube = func(inventory.Host) (kubernetes.Interface, error) { return api, nil }
 

@@ -26,11 +26,7 @@ import (
 // its cause and hint, after the bound, not a failed up.
 func TestDNSWaitUntilEveryWorkerResolves(t *testing.T) {
 	ctx := context.Background()
-	src := "controlPlane:\n  - {name: c1, address: 10.240.0.11}\nworkers:\n  - {name: w1, address: 10.240.0.21}\n  - {name: w2, address: 10.240.0.22}\n"
-	inv, err := inventory.Parse("inv.yaml", "inv.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
+	inv := withWorkers(t, 2)
 	defer func(d time.Duration) { dnsResolveWait = d }(dnsResolveWait)
 	for _, tc := range []struct {
 		name     string
