@@ -12,6 +12,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -29,7 +30,6 @@ import (
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/state"
 	"github.com/hardway/hardway/pkg/units"
-	"github.com/hardway/hardway/pkg/verify"
 )
 
 // Options tune a run.
@@ -88,9 +88,9 @@ type Cluster struct {
 	// healthProbe asks a component's health endpoint once (probe); tests
 	// replace it, as their fake hosts forward no connections.
 	healthProbe func(ctx context.Context, h inventory.Host, comp string) error
-	// resolve queries the cluster DNS address from a worker (resolveFrom);
-	// tests replace it, for the same reason.
-	resolve func(ctx context.Context, cs kubernetes.Interface, host string, f *dnsFacts) verify.Result
+	// queryDNS asks a DNS server from a host for a name's A records
+	// (query); tests replace it, for the same reason.
+	queryDNS func(ctx context.Context, host, server, name string) ([]netip.Addr, error)
 	// maint reaches etcd's maintenance calls and the apiservers' readiness
 	// for 'hardway etcd defrag' (see maintenance.go); tests replace it.
 	maint maintHooks
@@ -141,7 +141,7 @@ func New(inv *inventory.Inventory, opt Options) *Cluster {
 	c.newEtcd = c.dialEtcd
 	c.newKube = c.dialKube
 	c.healthProbe = c.probe
-	c.resolve = c.resolveFrom
+	c.queryDNS = c.query
 	return c
 }
 

@@ -112,30 +112,50 @@ var dnsResolveWait = 30 * time.Second
 // that second would fail. What still fails after bound is printed with its
 // cause and hint, and the step goes on: verify reports it, and a DNS
 // path broken for reasons up does not mend must not fail the whole run.
+//
+// The attempts only query: the names and addresses asked do not change
+// while it waits, so the facts are read once, and the cause (which asks
+// the API and each CoreDNS pod) is diagnosed once, for the workers still
+// failing at the end.
 func (c *Cluster) waitResolvable(ctx context.Context, cs kubernetes.Interface, bound time.Duration) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, bound)
+	f, err := c.readDNSFacts(ctx, cs)
+	if err != nil {
+		c.logf("[dns] warning: %v; 'hardway verify' checks cluster DNS again", err)
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	res := make([]verify.Result, len(c.Inv.Workers))
-	forEachWorker(ctx, c.Inv.Workers, func(ctx context.Context, i int, w inventory.Host) {
-		_ = poll.Until(ctx, poll.Options{Interval: 200 * time.Millisecond, Max: time.Second, Attempt: dnsQueryTimeout}, func(ctx context.Context) error {
-			f, err := c.readDNSFacts(ctx, cs)
-			if err != nil {
-				res[i] = verify.Failf(w.Name, "", "%v", err)
-				return err
-			}
-			res[i] = c.resolve(ctx, cs, w.Name, f)
-			if res[i].Status != verify.Pass {
-				return errors.New(res[i].Message)
-			}
-			return nil
+	errs := make([]error, len(c.Inv.Workers))
+	forEachWorker(wctx, c.Inv.Workers, func(ctx context.Context, i int, w inventory.Host) {
+		errs[i] = poll.Until(ctx, poll.Options{Interval: 200 * time.Millisecond, Max: time.Second, Attempt: dnsQueryTimeout}, func(ctx context.Context) error {
+			_, err := c.resolveNames(ctx, w.Name, f)
+			return err
 		})
 	})
 	var failed []string
-	for _, r := range res {
-		if r.Status != verify.Pass {
-			failed = append(failed, fmt.Sprintf("%s: %s (hint: %s)", r.Host, r.Message, r.Hint))
+	fresh := false
+	for i, w := range c.Inv.Workers {
+		if errs[i] == nil {
+			continue
 		}
+		dctx, dcancel := context.WithTimeout(ctx, 3*dnsQueryTimeout)
+		if !fresh { // the endpoints may have changed while it waited
+			if ff, err := c.readDNSFacts(dctx, cs); err == nil {
+				f = ff
+			}
+			fresh = true
+		}
+		r := c.resolveFrom(dctx, cs, w.Name, f)
+		dcancel()
+		if r.Status == verify.Pass { // it answered just now
+			continue
+		}
+		msg := w.Name + ": " + r.Message
+		if r.Hint != "" {
+			msg += " (hint: " + r.Hint + ")"
+		}
+		failed = append(failed, msg)
 	}
 	if len(failed) > 0 {
 		c.logf("[dns] warning: cluster DNS does not answer from every worker after %s: %s; 'hardway verify' checks it again",
@@ -288,7 +308,7 @@ func (c *Cluster) checkDNS(ctx context.Context) []verify.Result {
 	// leaves nothing behind. `hardway smoke` resolves from a real pod.
 	res := make([]verify.Result, len(c.Inv.Workers))
 	forEachWorker(ctx, c.Inv.Workers, func(ctx context.Context, i int, w inventory.Host) {
-		r := c.resolve(ctx, cs, w.Name, f)
+		r := c.resolveFrom(ctx, cs, w.Name, f)
 		r.Check, r.Host = "dns/resolve", w.Name
 		res[i] = r
 	})
@@ -376,21 +396,30 @@ func (c *Cluster) query(ctx context.Context, host, server, name string) ([]netip
 // Service's own name through the cluster DNS address from host; when that
 // fails, DNSCause says why.
 func (c *Cluster) resolveFrom(ctx context.Context, cs kubernetes.Interface, host string, f *dnsFacts) verify.Result {
-	names := c.dnsProbeNames(f)
-	var got []string
 	start := time.Now()
-	for _, n := range names {
-		as, err := c.query(ctx, host, f.clusterIP, n.name)
+	got, err := c.resolveNames(ctx, host, f)
+	if err != nil {
+		cause, hint := c.dnsCause(ctx, cs, host, f, err)
+		return verify.Failf(host, hint, "%v; cause: %s", err, cause)
+	}
+	return verify.OKf(host, "%s via %s (%s)", strings.Join(got, ", "), f.clusterIP, time.Since(start).Round(time.Millisecond))
+}
+
+// resolveNames asks the probe names through the cluster DNS address from
+// host: "name -> address" for each, or the first that fails, and why.
+func (c *Cluster) resolveNames(ctx context.Context, host string, f *dnsFacts) ([]string, error) {
+	var got []string
+	for _, n := range c.dnsProbeNames(f) {
+		as, err := c.queryDNS(ctx, host, f.clusterIP, n.name)
 		if err == nil && !containsAddr(as, n.want) {
 			err = fmt.Errorf("%s is %v, not %s", n.name, as, n.want)
 		}
 		if err != nil {
-			cause, hint := c.dnsCause(ctx, cs, host, f, err)
-			return verify.Failf(host, hint, "%s via %s: %v; cause: %s", n.name, f.clusterIP, err, cause)
+			return nil, fmt.Errorf("%s via %s: %w", n.name, f.clusterIP, err)
 		}
 		got = append(got, n.name+" -> "+n.want)
 	}
-	return verify.OKf(host, "%s via %s (%s)", strings.Join(got, ", "), f.clusterIP, time.Since(start).Round(time.Millisecond))
+	return got, nil
 }
 
 type probeName struct{ name, want string }
@@ -433,7 +462,7 @@ func (c *Cluster) dnsCause(ctx context.Context, cs kubernetes.Interface, host st
 	name := c.dnsProbeNames(f)[0]
 	var answered []string
 	for _, ep := range f.ready {
-		as, err := c.query(ctx, host, ep.ip, name.name)
+		as, err := c.queryDNS(ctx, host, ep.ip, name.name)
 		var rerr *dnsq.RcodeError
 		switch {
 		case err == nil || errors.As(err, &rerr):
