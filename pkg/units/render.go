@@ -36,13 +36,21 @@ type unitData struct {
 	LimitNOFILE   int
 	// EnvironmentFile is read if it exists ("-" prefix): see EtcdJoinEnv.
 	EnvironmentFile string
-	Requires        []string // stop with these (the kubelet without containerd is no use)
-	ExecStartPre    []string // whole command lines, run before ExecStart
+	// Environment is the process's environment, each variable with why
+	// (--explain lists them as settings of the unit file).
+	Environment  []envVar
+	Requires     []string // stop with these (the kubelet without containerd is no use)
+	ExecStartPre []string // whole command lines, run before ExecStart
 	// Delegate and KillMode=process: containerd's shims and containers live
 	// in its cgroup and must survive a containerd restart.
 	Delegate  bool
 	KillMode  string
 	Unlimited []string // LimitNPROC, LimitCORE, TasksMax: =infinity
+}
+
+// envVar is one Environment= line of a unit, with why it is there.
+type envVar struct {
+	Name, Value, Reason string
 }
 
 // apiVersions picks each config file's apiVersion by Kubernetes version.
@@ -166,6 +174,9 @@ func (r *renderer) host(h inventory.Host, role Role) (Manifest, error) {
 			d.Args = Args(flags)
 			if b, err = r.execute("systemd.service.tmpl", d); err != nil {
 				return m, err
+			}
+			for _, e := range d.Environment {
+				m.Settings[c.Name] = append(m.Settings[c.Name], Setting{File: UnitPath(c.Name), Key: "Environment." + e.Name, Value: e.Value, Reason: e.Reason})
 			}
 		}
 		if err := add(File{Path: UnitPath(c.Name), Mode: ModePublic, Owner: Owner, Components: []string{c.Name}, Content: b}); err != nil {

@@ -145,7 +145,8 @@ func workerComponents() []Component {
 			Dirs:       []Dir{{KubeletDir, ModePriv, Owner}, {ConfigDir, ModeDir, Owner}},
 			unit: unitData{Description: "Kubernetes node agent",
 				Documentation: "https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/",
-				After:         []string{"containerd.service"}, Requires: []string{"containerd.service"}, Type: "simple"},
+				After:         []string{"containerd.service"}, Requires: []string{"containerd.service"}, Type: "simple",
+				Environment: apiClientEnv},
 			version: k8sVersion, flags: kubeletFlags,
 		},
 		{
@@ -161,7 +162,8 @@ func workerComponents() []Component {
 			Dirs:       []Dir{{KubeProxyDir, ModePriv, Owner}},
 			unit: unitData{Description: "Kubernetes network proxy",
 				Documentation: "https://kubernetes.io/docs/reference/command-line-tools-reference/kube-proxy/",
-				After:         []string{"network-online.target"}, Wants: []string{"network-online.target"}, Type: "simple"},
+				After:         []string{"network-online.target"}, Wants: []string{"network-online.target"}, Type: "simple",
+				Environment: apiClientEnv},
 			version: k8sVersion, flags: kubeProxyFlags,
 		},
 		{
@@ -170,6 +172,22 @@ func workerComponents() []Component {
 			unitFile: renderRoutesUnit,
 		},
 	}
+}
+
+// apiClientEnv shortens client-go's HTTP/2 health check (defaults 30 s + 15 s)
+// for the kubelet and kube-proxy, which reach the API through a TCP load
+// balancer (the node-local one, or the user's in front of
+// apiServerEndpoint). When the control-plane host behind a connection loses
+// power, the balancer keeps the worker's side of the connection open and no
+// error ever comes back; the kubelet's requests on it hang until the health
+// check declares it dead. With the defaults that took 45 s, its node lease
+// went unrenewed past the controller-manager's 40-50 s grace period and the
+// node turned NotReady although two apiservers were up (measured in the
+// lab). 10 s + 5 s bounds that to 15 s; the price is an HTTP/2 PING on a
+// connection that read nothing for 10 s.
+var apiClientEnv = []envVar{
+	{"HTTP2_READ_IDLE_TIMEOUT_SECONDS", "10", "send an HTTP/2 PING on an API connection that read nothing for 10 s (client-go's default: 30 s), so a connection to a lost control-plane host is noticed"},
+	{"HTTP2_PING_TIMEOUT_SECONDS", "5", "close the connection when the PING is not answered within 5 s (default 15 s) and reconnect through the load balancer to a live apiserver (the kubelet: well before its node lease expires)"},
 }
 
 func kubeletFlags(_ *inventory.Inventory, h inventory.Host) []flagDef {

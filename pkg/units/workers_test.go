@@ -300,3 +300,42 @@ workers:
 		}
 	}
 }
+
+// The kubelet and kube-proxy notice a connection to a lost control-plane
+// host within 15 s (client-go's HTTP/2 health check, shortened in their
+// units' environment), on real hosts as in the lab; the control plane's
+// own components talk to their host's apiserver and keep the defaults.
+func TestAPIClientsDetectALostBackend(t *testing.T) {
+	for _, containerHost := range []bool{false, true} {
+		inv := workerInventory(t, "1.36", "", containerHost)
+		ms, err := Render(inv, subnets(t, inv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			for _, c := range []string{Kubelet, KubeProxy, APIServer, ControllerManager, Scheduler} {
+				u, ok := m.File(UnitPath(c))
+				if !ok {
+					continue
+				}
+				opts, err := unit.DeserializeOptions(bytes.NewReader(u.Content))
+				if err != nil {
+					t.Fatalf("%s %s: %v", m.Host, c, err)
+				}
+				var env []string
+				for _, o := range opts {
+					if o.Section == "Service" && o.Name == "Environment" {
+						env = append(env, o.Value)
+					}
+				}
+				var want []string
+				if c == Kubelet || c == KubeProxy {
+					want = []string{"HTTP2_READ_IDLE_TIMEOUT_SECONDS=10", "HTTP2_PING_TIMEOUT_SECONDS=5"}
+				}
+				if !slices.Equal(env, want) {
+					t.Errorf("%s %s (containerHost %v): Environment %q, want %q", m.Host, c, containerHost, env, want)
+				}
+			}
+		}
+	}
+}
