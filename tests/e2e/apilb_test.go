@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,6 +95,44 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 				t.Fatalf("%s: no running container of its lb-keep pod", w)
 			}
 		}
+		// The worst case for the workers: every API connection through
+		// their load balancers on the victim. The other apiservers restart
+		// at once, so the connections on them move to the only one that
+		// accepts; the power cut then leaves the kubelets' connections open
+		// towards a host that never answers, and only client-go's HTTP/2
+		// health check (shortened in the units) notices.
+		var survivors []string
+		for _, h := range inv.ControlPlane {
+			if h.Name != victim {
+				survivors = append(survivors, h.Name)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, h := range survivors {
+			wg.Go(func() {
+				if out, err := e.ssh(h, "systemctl restart kube-apiserver"); err != nil {
+					t.Errorf("%s: restart kube-apiserver: %v\n%s", h, err, out)
+				}
+			})
+		}
+		wg.Wait()
+		for _, h := range inv.ControlPlane {
+			if h.Name == victim {
+				continue
+			}
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				out, err := e.k("--server", "https://"+net.JoinHostPort(h.IP(), "6443"), "get", "--raw", "/readyz")
+				if err == nil && strings.TrimSpace(out) == "ok" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: not ready 2m after its restart: %v %s", h.Name, err, out)
+				}
+				time.Sleep(time.Second)
+			}
+		}
+
 		t.Cleanup(func() {
 			// Whatever happened above: the host comes back for the next tests.
 			if err := e.lab.PowerOn(context.Background(), victim); err != nil && !strings.Contains(err.Error(), "is running") {
@@ -105,6 +144,9 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 		if err := e.lab.PowerOff(t.Context(), victim); err != nil {
 			t.Fatal(err)
 		}
+		// Each worker's node lease, read every second from a surviving
+		// apiserver for the whole outage: how old it ever got.
+		stale := leaseAges(t, e, survivorAddrs(inv, victim))
 		// kubectl through worker-1's load balancer: an SSH tunnel to its
 		// 127.0.0.1:6443, with the admin's credentials that stay here.
 		kt := e.tunnel(t, "worker-1")
@@ -158,6 +200,15 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 			rt, err := time.Parse(time.RFC3339Nano, renew[w])
 			if err != nil || rt.Before(start.Add(watch/2)) {
 				t.Errorf("%s: lease last renewed %q, not during the outage", w, renew[w])
+			}
+		}
+		// A lease older than its duration (40 s) is expired: the kubelet
+		// kept a dead connection too long (before the shortened HTTP/2
+		// health check: 43-45 s, and the node NotReady now and then).
+		for w, age := range stale() {
+			t.Logf("FIGURE %s: node lease at most %s old during the outage", w, age)
+			if age >= leaseDuration {
+				t.Errorf("%s: node lease %s old during the outage (its duration: %s): the kubelet kept its connection to %s", w, age, leaseDuration, victim)
 			}
 		}
 		// The pinned pods ran on: the same containers, no restart.
@@ -224,6 +275,67 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 		}
 		e.mustK("delete", "pod", "lb-keep-1", "lb-keep-2", "lb-new", "--wait=false")
 	})
+}
+
+// leaseDuration is the kubelet's nodeLeaseDurationSeconds (its default).
+const leaseDuration = 40 * time.Second
+
+// survivorAddrs are the apiserver URLs of the control-plane hosts but victim.
+func survivorAddrs(inv *inventory.Inventory, victim string) []string {
+	var out []string
+	for _, h := range inv.ControlPlane {
+		if h.Name != victim {
+			out = append(out, "https://"+net.JoinHostPort(h.IP(), "6443"))
+		}
+	}
+	return out
+}
+
+// leaseAges reads each worker's node lease every second, from the first of
+// servers that answers, until the returned function is called; that returns
+// the oldest each lease was seen (renewTime's age, rounded to a second).
+func leaseAges(t *testing.T, e *workersEnv, servers []string) func() map[string]time.Duration {
+	stop := make(chan struct{})
+	done := make(chan map[string]time.Duration)
+	go func() {
+		oldest := map[string]time.Duration{}
+		for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); {
+			for _, srv := range servers {
+				out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "--server", srv, "--request-timeout", "2s",
+					"get", "lease", "-n", "kube-node-lease", "-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.renewTime}{"\n"}{end}`).Output()
+				if err != nil {
+					continue
+				}
+				for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+					name, ts, ok := strings.Cut(l, " ")
+					rt, err := time.Parse(time.RFC3339Nano, ts)
+					if !ok || err != nil || !slices.Contains(lbWorkers, name) {
+						continue
+					}
+					if age := time.Since(rt).Round(time.Second); age > oldest[name] {
+						oldest[name] = age
+					}
+				}
+				break
+			}
+			select {
+			case <-stop:
+				done <- oldest
+				return
+			case <-time.After(time.Second):
+			}
+		}
+		<-stop
+		done <- oldest
+	}()
+	var once sync.Once
+	var res map[string]time.Duration
+	get := func() map[string]time.Duration {
+		once.Do(func() { close(stop); res = <-done })
+		return res
+	}
+	t.Cleanup(func() { get() })
+	return get
 }
 
 // lbPod is a pause pod pinned to node.
