@@ -344,7 +344,7 @@ func (a *App) runRestore(cmd *cobra.Command, o restoreOptions) error {
 			return err
 		}
 	}
-	lg, err := runlog.Open(st.LogDir(), "restore", time.Now())
+	lg, err := runlog.OpenUnless(o.dryRun, st.LogDir(), "restore", time.Now())
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,12 @@ func (a *App) stateDir(inv *inventory.Inventory) state.Dir {
 	return state.Dir(inv.DefaultStateDir())
 }
 
+// isDryRun says whether cmd was asked only to plan (--dry-run).
+func isDryRun(cmd *cobra.Command) bool {
+	f := cmd.Flags().Lookup("dry-run")
+	return f != nil && f.Value.String() == "true"
+}
+
 // loadLocked loads the inventory and takes its state directory's lock, for
 // a command that writes the state or pushes from it, so that two hardway
 // processes never mix generations of keys. The caller unlocks.
@@ -43,7 +49,7 @@ func (a *App) loadLocked(cmd *cobra.Command) (*inventory.Inventory, state.Dir, *
 	what := fmt.Sprintf("%s -i %s", cmd.CommandPath(), a.InventoryPath)
 	// A plan only reads: it leaves a killed run's unfinished pair write to
 	// the next real run (Lock finishes it), and says so.
-	if f := cmd.Flags().Lookup("dry-run"); f != nil && f.Value.String() == "true" {
+	if isDryRun(cmd) {
 		lock, err := dir.LockReadOnly(cmd.Context(), what, state.DefaultLockWait)
 		if err != nil {
 			return nil, "", nil, err

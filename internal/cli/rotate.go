@@ -305,7 +305,7 @@ func (a *App) startRotation(cmd *cobra.Command, output string, acceptNewHostKeys
 			return "", nil, nil, nil, nil, err
 		}
 	}
-	lg, err = runlog.Open(st.LogDir(), "rotate", time.Now())
+	lg, err = runlog.OpenUnless(isDryRun(cmd), st.LogDir(), "rotate", time.Now())
 	if err != nil {
 		lock.Unlock()
 		return "", nil, nil, nil, nil, err

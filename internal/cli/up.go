@@ -133,13 +133,13 @@ func (a *App) runUp(ctx context.Context, inv *inventory.Inventory, st state.Dir,
 		isTerm = term.IsTerminal(int(f.Fd()))
 	}
 	// The run log gets every progress line and every remote command with
-	// its whole stderr; a dry run writes one too (in logs/, which holds no
-	// state).
+	// its whole stderr. A dry run writes none: a plan changes nothing in
+	// the state directory, logs/ included.
 	logName := "up"
 	if len(o.renew) > 0 {
 		logName = "certs-renew"
 	}
-	lg, err := runlog.Open(st.LogDir(), logName, time.Now())
+	lg, err := runlog.OpenUnless(o.dryRun, st.LogDir(), logName, time.Now())
 	if err != nil {
 		return err
 	}

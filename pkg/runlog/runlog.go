@@ -28,8 +28,9 @@ const cmdLines = 40
 // Log is one run's log file. Its methods may be called concurrently.
 type Log struct {
 	mu      sync.Mutex
-	f       *os.File
-	partial []byte // the start of a line not yet ended (see Write)
+	f       io.Writer
+	closer  io.Closer // nil for Discard
+	partial []byte    // the start of a line not yet ended (see Write)
 	path    string
 	start   time.Time
 	now     func() time.Time
@@ -59,10 +60,26 @@ func Open(dir, kind string, now time.Time) (*Log, error) {
 			return nil, fmt.Errorf("run log: %w", err)
 		}
 		prune(dir, Keep)
-		l := &Log{f: f, path: p, start: now, now: time.Now}
+		l := &Log{f: f, closer: f, path: p, start: now, now: time.Now}
 		l.Printf("hardway %s, started %s", kind, now.UTC().Format(time.RFC3339))
 		return l, nil
 	}
+}
+
+// Discard is the log of a run that changes nothing (a --dry-run): it
+// writes no file, so that the state directory, logs/ included, is left as
+// it was, and prunes nothing. Its Path is "", and WithPath leaves an error
+// as it is.
+func Discard() *Log {
+	return &Log{f: io.Discard, start: time.Now(), now: time.Now}
+}
+
+// OpenUnless is Open, or Discard when dryRun.
+func OpenUnless(dryRun bool, dir, kind string, now time.Time) (*Log, error) {
+	if dryRun {
+		return Discard(), nil
+	}
+	return Open(dir, kind, now)
 }
 
 // prune removes the oldest *.log files beyond keep.
@@ -172,7 +189,10 @@ func (l *Log) End(err error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.flushPartial()
-	return l.f.Close()
+	if l.closer == nil {
+		return nil
+	}
+	return l.closer.Close()
 }
 
 // Error is a run's error with the path of its log, which the CLI prints
@@ -187,7 +207,7 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // WithPath wraps a failed run's error with its log's path; nil stays nil.
 func WithPath(err error, l *Log) error {
-	if err == nil || l == nil {
+	if err == nil || l == nil || l.path == "" {
 		return err
 	}
 	return &Error{Err: err, Path: l.Path()}

@@ -126,3 +126,35 @@ func TestWriteJoinsPiecesOfALine(t *testing.T) {
 		}
 	}
 }
+
+// A dry run's log writes no file, creates no directory and prunes none; a
+// failed dry run's error carries no log path.
+func TestOpenUnlessDryRunWritesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "logs")
+	l, err := OpenUnless(true, dir, "up", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Printf("plan %d", 1)
+	fmt.Fprintln(l, "[pki] would generate ca")
+	l.Command(remote.Trace{Host: "controller-1", Cmd: "true", Start: time.Now()})
+	if err := l.End(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("a dry run's log touched %s: %v", dir, err)
+	}
+	base := errors.New("boom")
+	if got := WithPath(base, l); got != base {
+		t.Errorf("WithPath of a dry run: %v", got)
+	}
+	// Not a dry run: a file.
+	l, err = OpenUnless(false, dir, "up", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.End(nil)
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 1 {
+		t.Errorf("logs: %v %v", ents, err)
+	}
+}

@@ -23,7 +23,8 @@ func (d Dir) LockFile() string { return filepath.Join(string(d), "lock") }
 
 // Lock is a held lock on a state directory.
 type Lock struct {
-	f *os.File
+	f    *os.File
+	note bool // an exclusive holder's: its note is cleared at Unlock
 }
 
 // DefaultLockWait is how long a command waits for another to finish before
@@ -44,9 +45,20 @@ const lockPoll = 100 * time.Millisecond
 // finishes it (see WritePair) before the holder reads the pair. A holder
 // that only plans (--dry-run) takes LockReadOnly instead.
 func (d Dir) Lock(ctx context.Context, what string, wait time.Duration) (*Lock, error) {
-	l, err := d.LockReadOnly(ctx, what, wait)
+	if err := os.MkdirAll(string(d), 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	f, err := os.OpenFile(d.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	if err := d.flock(ctx, f, syscall.LOCK_EX, wait); err != nil {
 		return nil, err
+	}
+	l := &Lock{f: f, note: true}
+	info := fmt.Sprintf("pid=%d\ncommand=%s\nsince=%s\n", os.Getpid(), oneLine(what), time.Now().UTC().Format(time.RFC3339))
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(info), 0) // only for messages: a failure here changes nothing
 	}
 	if _, err := d.FinishPairs(); err != nil {
 		_ = l.Unlock()
@@ -55,30 +67,45 @@ func (d Dir) Lock(ctx context.Context, what string, wait time.Duration) (*Lock, 
 	return l, nil
 }
 
-// LockReadOnly is Lock for a holder that changes nothing (a plan): it leaves
-// an unfinished pair write as it is; PendingPairs names them.
+// LockReadOnly is Lock for a holder that changes nothing (a plan): a shared
+// lock, so plans run beside each other but never beside a writer. It writes
+// nothing at all: no directory, no lock file, no holder's note (a writer
+// that has to wait for a plan says "another process (it left no note)"),
+// and an unfinished pair write stays as it is (PendingPairs names them).
+// Without a lock file no writer has used the directory yet and there is
+// nothing to wait for: the Lock returned then holds nothing (creating the
+// file would be a change).
 func (d Dir) LockReadOnly(ctx context.Context, what string, wait time.Duration) (*Lock, error) {
-	if err := os.MkdirAll(string(d), 0o700); err != nil {
-		return nil, fmt.Errorf("create state directory: %w", err)
+	f, err := os.Open(d.LockFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return &Lock{}, nil
 	}
-	f, err := os.OpenFile(d.LockFile(), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}
+	if err := d.flock(ctx, f, syscall.LOCK_SH, wait); err != nil {
+		return nil, err
+	}
+	return &Lock{f: f}, nil
+}
+
+// flock takes how (LOCK_EX or LOCK_SH) on f, waiting up to wait; on failure
+// it closes f and names the holder.
+func (d Dir) flock(ctx context.Context, f *os.File, how int, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 		if err == nil {
-			break
+			return nil
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
 			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", d.LockFile(), err)
+			return fmt.Errorf("lock %s: %w", d.LockFile(), err)
 		}
 		if !time.Now().Before(deadline) {
 			holder := readHolder(d.LockFile())
 			f.Close()
-			return nil, usererr.Errorf(
+			return usererr.Errorf(
 				"wait for it to finish and run this again (the lock is released when that process ends;\n"+
 					"nothing needs deleting). Two hardway commands on one state directory could mix old and new keys.",
 				"state directory %s is in use by %s (waited %s)", d, holder, wait.Round(time.Second))
@@ -86,16 +113,10 @@ func (d Dir) LockReadOnly(ctx context.Context, what string, wait time.Duration) 
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(lockPoll):
 		}
 	}
-	l := &Lock{f: f}
-	info := fmt.Sprintf("pid=%d\ncommand=%s\nsince=%s\n", os.Getpid(), oneLine(what), time.Now().UTC().Format(time.RFC3339))
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(info), 0) // only for messages: a failure here changes nothing
-	}
-	return l, nil
 }
 
 // Unlock clears the holder's note and releases the lock. It is safe to call
@@ -104,7 +125,9 @@ func (l *Lock) Unlock() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
-	_ = l.f.Truncate(0)
+	if l.note {
+		_ = l.f.Truncate(0)
+	}
 	err := syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
 	if cerr := l.f.Close(); err == nil {
 		err = cerr

@@ -141,3 +141,59 @@ func TestLockOtherProcess(t *testing.T) {
 	}
 	l.Unlock()
 }
+
+// A plan's lock writes nothing: on a directory that does not exist it
+// creates none; on a used one it leaves the lock file as it was (content,
+// size, mtime). It is shared: plans run beside each other, a writer waits
+// for them, and they wait for a writer, whose note names it.
+func TestLockReadOnlyWritesNothing(t *testing.T) {
+	d := Dir(filepath.Join(t.TempDir(), "state"))
+	l, err := d.LockReadOnly(t.Context(), "hardway up --dry-run", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(string(d)); !os.IsNotExist(err) {
+		t.Fatalf("a plan's lock created the state directory: %v", err)
+	}
+
+	w, err := d.Lock(t.Context(), "hardway up -i a.yaml", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.LockReadOnly(t.Context(), "hardway up --dry-run", 200*time.Millisecond); err == nil || !strings.Contains(err.Error(), "hardway up -i a.yaml") {
+		t.Errorf("a plan beside a writer: %v", err)
+	}
+	w.Unlock()
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	if err := os.Chtimes(d.LockFile(), old, old); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.Stat(d.LockFile())
+
+	r1, err := d.LockReadOnly(t.Context(), "plan 1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := d.LockReadOnly(t.Context(), "plan 2", 0)
+	if err != nil {
+		t.Fatalf("two plans at once: %v", err)
+	}
+	if _, err := d.Lock(t.Context(), "hardway pki", 200*time.Millisecond); err == nil || !strings.Contains(err.Error(), "in use by another process") {
+		t.Errorf("a writer beside plans: %v", err)
+	}
+	r1.Unlock()
+	r2.Unlock()
+	after, _ := os.Stat(d.LockFile())
+	if after.Size() != before.Size() || !after.ModTime().Equal(before.ModTime()) || after.Mode() != before.Mode() {
+		t.Errorf("a plan's lock changed the lock file: %v %d %v -> %v %d %v",
+			before.Mode(), before.Size(), before.ModTime(), after.Mode(), after.Size(), after.ModTime())
+	}
+	w, err = d.Lock(t.Context(), "hardway pki", 0)
+	if err != nil {
+		t.Fatalf("the writer after the plans: %v", err)
+	}
+	w.Unlock()
+}

@@ -503,9 +503,9 @@ while read -r f; do printf '%s %s %s\n' "$(stat -c '%n %a %U %G %s %Y' "$f")" "$
 const unitsState = `for u in etcd kube-apiserver kube-controller-manager kube-scheduler; do
 echo "$u $(systemctl show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic -p NeedDaemonReload --value $u | tr '\n' ' ')"; done`
 
-// localTree hashes every file under dir (path, mode, size, mtime, content)
-// but the run logs, which every run writes by design, and the state lock,
-// which every run takes.
+// localTree hashes every file under dir (path, mode, size, mtime, content),
+// the run logs and the state lock included: a dry run writes no log and
+// takes the lock without writing it.
 func localTree(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
@@ -514,12 +514,6 @@ func localTree(t *testing.T, dir string) map[string]string {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, p)
-		if fi.IsDir() && filepath.Base(p) == "logs" && filepath.Base(filepath.Dir(p)) == ".hardway" {
-			return filepath.SkipDir
-		}
-		if rel == ".hardway/lock" {
-			return nil
-		}
 		v := fmt.Sprintf("%v %d %d", fi.Mode(), fi.Size(), fi.ModTime().UnixNano())
 		if fi.Mode().IsRegular() {
 			b, err := os.ReadFile(p)
