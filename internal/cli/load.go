@@ -50,7 +50,7 @@ func (a *App) loadLocked(cmd *cobra.Command) (*inventory.Inventory, state.Dir, *
 	// A plan only reads: it leaves a killed run's unfinished pair write to
 	// the next real run (Lock finishes it), and says so.
 	if isDryRun(cmd) {
-		lock, err := dir.LockReadOnly(cmd.Context(), what, state.DefaultLockWait)
+		lock, err := dir.LockReadOnly(cmd.Context(), state.DefaultLockWait)
 		if err != nil {
 			return nil, "", nil, err
 		}

@@ -75,7 +75,7 @@ func (d Dir) Lock(ctx context.Context, what string, wait time.Duration) (*Lock, 
 // Without a lock file no writer has used the directory yet and there is
 // nothing to wait for: the Lock returned then holds nothing (creating the
 // file would be a change).
-func (d Dir) LockReadOnly(ctx context.Context, what string, wait time.Duration) (*Lock, error) {
+func (d Dir) LockReadOnly(ctx context.Context, wait time.Duration) (*Lock, error) {
 	f, err := os.Open(d.LockFile())
 	if errors.Is(err, os.ErrNotExist) {
 		return &Lock{}, nil

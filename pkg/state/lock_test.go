@@ -148,7 +148,7 @@ func TestLockOtherProcess(t *testing.T) {
 // for them, and they wait for a writer, whose note names it.
 func TestLockReadOnlyWritesNothing(t *testing.T) {
 	d := Dir(filepath.Join(t.TempDir(), "state"))
-	l, err := d.LockReadOnly(t.Context(), "hardway up --dry-run", 0)
+	l, err := d.LockReadOnly(t.Context(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestLockReadOnlyWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.LockReadOnly(t.Context(), "hardway up --dry-run", 200*time.Millisecond); err == nil || !strings.Contains(err.Error(), "hardway up -i a.yaml") {
+	if _, err := d.LockReadOnly(t.Context(), 200*time.Millisecond); err == nil || !strings.Contains(err.Error(), "hardway up -i a.yaml") {
 		t.Errorf("a plan beside a writer: %v", err)
 	}
 	w.Unlock()
@@ -173,11 +173,11 @@ func TestLockReadOnlyWritesNothing(t *testing.T) {
 	}
 	before, _ := os.Stat(d.LockFile())
 
-	r1, err := d.LockReadOnly(t.Context(), "plan 1", 0)
+	r1, err := d.LockReadOnly(t.Context(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := d.LockReadOnly(t.Context(), "plan 2", 0)
+	r2, err := d.LockReadOnly(t.Context(), 0)
 	if err != nil {
 		t.Fatalf("two plans at once: %v", err)
 	}
