@@ -61,13 +61,20 @@ func TestMaintenance(t *testing.T) {
 		}
 		return err
 	})
+	// Member 2 is compared with itself: the members' files differ in size
+	// (each grows and compacts on its own), and only a defragmentation
+	// shrinks one.
+	otherBefore, err := cli.Status(ctx, c.Clients[2])
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cli.Defragment(ctx, c.Clients[1]); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := cli.Status(ctx, c.Clients[1])
 	other, _ := cli.Status(ctx, c.Clients[2])
-	if after.DBSize >= before.DBSize-4<<20 || other.DBSize < before.DBSize-1<<20 {
-		t.Fatalf("defragmenting member 1: %d -> %d bytes; member 2 (not defragmented) %d", before.DBSize, after.DBSize, other.DBSize)
+	if after.DBSize >= before.DBSize-4<<20 || other.DBSize < otherBefore.DBSize {
+		t.Fatalf("defragmenting member 1: %d -> %d bytes; member 2 (not defragmented) %d -> %d", before.DBSize, after.DBSize, otherBefore.DBSize, other.DBSize)
 	}
 
 	// Leadership moves to the member named, and only the leader may move it.
