@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -37,12 +38,31 @@ const rotateSecrets = 6
 // from this machine over the lab bridge: that some apiserver answers
 // /readyz "ok" (its certificate checked against the cluster CA), and,
 // in a second poller, that etcd serves a linearizable read (it has quorum),
-// with the apiserver's etcd client certificate. Each poll is counted.
+// with the apiserver's etcd client certificate. Each poll is counted, and
+// each failed one is kept with its time and error for the report.
 type availability struct {
 	stop               chan struct{}
 	wg                 sync.WaitGroup
 	apiOK, apiBad      atomic.Int32
 	quorumOK, quorumNo atomic.Int32
+	mu                 sync.Mutex
+	fails              []string
+}
+
+// pollTimeout bounds one apiserver's /readyz and one etcd read. The e2e
+// labs share 2 cores: another lab's cold up (nine control-plane processes
+// starting at once) can starve this lab's etcd and apiservers for a few
+// seconds, slow but up. An outage the scenario itself would cause (two etcd
+// members or every apiserver restarting at once) lasts longer than this.
+const pollTimeout = 5 * time.Second
+
+// failed records a failed poll (the first 20 are kept).
+func (a *availability) failed(what string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.fails) < 20 {
+		a.fails = append(a.fails, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), what, err))
+	}
 }
 
 func (e *env) startAvailability(t *testing.T) *availability {
@@ -63,7 +83,7 @@ func (e *env) startAvailability(t *testing.T) *availability {
 	// directory trusts at the moment of each handshake: a rotation of the
 	// cluster CA changes it (the bundle holds both CAs while the serving
 	// certificates change).
-	httpc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12,
+	httpc := &http.Client{Timeout: pollTimeout, Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12,
 		InsecureSkipVerify: true, VerifyConnection: verifyAgainst(st, "ca-trust-bundle.crt", "ca.crt")}}}
 	a := &availability{stop: make(chan struct{})}
 	every := func(poll func()) {
@@ -81,9 +101,11 @@ func (e *env) startAvailability(t *testing.T) *availability {
 	}
 	a.wg.Add(2)
 	go every(func() {
+		var errs []string
 		for _, h := range e.res.Hosts {
 			resp, err := httpc.Get("https://" + h.Address + ":6443/readyz")
 			if err != nil {
+				errs = append(errs, h.Name+": "+err.Error())
 				continue
 			}
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
@@ -92,14 +114,17 @@ func (e *env) startAvailability(t *testing.T) *availability {
 				a.apiOK.Add(1)
 				return
 			}
+			errs = append(errs, fmt.Sprintf("%s: %d %.200q", h.Name, resp.StatusCode, body))
 		}
 		a.apiBad.Add(1)
+		a.failed("no apiserver ready", errors.New(strings.Join(errs, "; ")))
 	})
 	go every(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
 		defer cancel()
 		if _, err := cli.Get(ctx, "/registry/namespaces/default"); err != nil {
 			a.quorumNo.Add(1)
+			a.failed("no etcd quorum read", err)
 			return
 		}
 		a.quorumOK.Add(1)
@@ -170,7 +195,7 @@ func (a *availability) end(t *testing.T) {
 		a.apiOK.Load(), a.apiOK.Load()+a.apiBad.Load(), a.quorumOK.Load(), a.quorumOK.Load()+a.quorumNo.Load())
 	t.Log("availability: " + msg)
 	if a.apiBad.Load() > 0 || a.quorumNo.Load() > 0 || a.apiOK.Load() < 50 || a.quorumOK.Load() < 50 {
-		t.Errorf("availability broke: %s", msg)
+		t.Errorf("availability broke: %s\n  %s", msg, strings.Join(a.fails, "\n  "))
 	}
 }
 
