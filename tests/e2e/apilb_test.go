@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os/exec"
 	"slices"
@@ -101,33 +102,25 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 		// accepts; the power cut then leaves the kubelets' connections open
 		// towards a host that never answers, and only client-go's HTTP/2
 		// health check (shortened in the units) notices.
-		var survivors []string
-		for _, h := range inv.ControlPlane {
-			if h.Name != victim {
-				survivors = append(survivors, h.Name)
-			}
-		}
+		survivors := apiServers(inv, victim)
 		var wg sync.WaitGroup
-		for _, h := range survivors {
+		for name := range survivors {
 			wg.Go(func() {
-				if out, err := e.ssh(h, "systemctl restart kube-apiserver"); err != nil {
-					t.Errorf("%s: restart kube-apiserver: %v\n%s", h, err, out)
+				if out, err := e.ssh(name, "systemctl restart kube-apiserver"); err != nil {
+					t.Errorf("%s: restart kube-apiserver: %v\n%s", name, err, out)
 				}
 			})
 		}
 		wg.Wait()
-		for _, h := range inv.ControlPlane {
-			if h.Name == victim {
-				continue
-			}
+		for name, url := range survivors {
 			deadline := time.Now().Add(2 * time.Minute)
 			for {
-				out, err := e.k("--server", "https://"+net.JoinHostPort(h.IP(), "6443"), "get", "--raw", "/readyz")
+				out, err := e.k("--server", url, "get", "--raw", "/readyz")
 				if err == nil && strings.TrimSpace(out) == "ok" {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("%s: not ready 2m after its restart: %v %s", h.Name, err, out)
+					t.Fatalf("%s: not ready 2m after its restart: %v %s", name, err, out)
 				}
 				time.Sleep(time.Second)
 			}
@@ -146,7 +139,7 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 		}
 		// Each worker's node lease, read every second from a surviving
 		// apiserver for the whole outage: how old it ever got.
-		stale := leaseAges(t, e, survivorAddrs(inv, victim))
+		stale := leaseAges(t, e, slices.Collect(maps.Values(survivors)))
 		// kubectl through worker-1's load balancer: an SSH tunnel to its
 		// 127.0.0.1:6443, with the admin's credentials that stay here.
 		kt := e.tunnel(t, "worker-1")
@@ -280,12 +273,12 @@ func (e *workersEnv) lostControllerScenarios(t *testing.T) {
 // leaseDuration is the kubelet's nodeLeaseDurationSeconds (its default).
 const leaseDuration = 40 * time.Second
 
-// survivorAddrs are the apiserver URLs of the control-plane hosts but victim.
-func survivorAddrs(inv *inventory.Inventory, victim string) []string {
-	var out []string
+// apiServers maps each control-plane host but victim to its apiserver's URL.
+func apiServers(inv *inventory.Inventory, victim string) map[string]string {
+	out := map[string]string{}
 	for _, h := range inv.ControlPlane {
 		if h.Name != victim {
-			out = append(out, "https://"+net.JoinHostPort(h.IP(), "6443"))
+			out[h.Name] = "https://" + net.JoinHostPort(h.IP(), "6443")
 		}
 	}
 	return out
