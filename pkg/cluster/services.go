@@ -272,8 +272,9 @@ func (c *Cluster) planControlPlane(ctx context.Context, earlier plan.Planned) ([
 			if err != nil {
 				return nil, err
 			}
+			sn := snaps[h.Name]
 			o := serviceOpts{wait: func(ctx context.Context) error { return c.componentHealthy(ctx, h, comp) }}
-			if comp != units.APIServer && stopped(snaps[h.Name], comp) {
+			if comp != units.APIServer && stopped(sn, comp) {
 				// A start also waits for a leader, so that the up ends
 				// with one (verify checks the Lease).
 				o.wait = func(ctx context.Context) error {
@@ -283,7 +284,7 @@ func (c *Cluster) planControlPlane(ctx context.Context, earlier plan.Planned) ([
 					return c.leaderElected(ctx, h, comp)
 				}
 			}
-			if sn := snaps[h.Name]; comp == units.APIServer && stopped(sn, comp) {
+			if comp == units.APIServer && stopped(sn, comp) {
 				for _, other := range []string{units.ControllerManager, units.Scheduler} {
 					// A unit whose file changed since systemd loaded it
 					// starts early only behind the apiserver's own
@@ -295,7 +296,7 @@ func (c *Cluster) planControlPlane(ctx context.Context, earlier plan.Planned) ([
 					}
 				}
 			}
-			a := c.serviceAction(h, sh, snaps[h.Name], comp, o)
+			a := c.serviceAction(h, sh, sn, comp, o)
 			switch {
 			case a == nil:
 			case a.Kind == plan.Restart:
