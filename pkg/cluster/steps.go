@@ -331,38 +331,48 @@ func (c *Cluster) planPushSelected(ctx context.Context, sel *pushSelect) ([]plan
 	c.planSet(ctx)
 	// Hosts are compared in parallel; the plan lists them in inventory order.
 	hosts := c.pushHosts()
-	perHost := make([][]plan.Action, len(hosts))
+	perHost := make([]hostPush, len(hosts))
 	err := remote.ForEach(ctx, hosts, hostsAtOnce, func(ctx context.Context, h inventory.Host) error {
-		as, err := c.planPushHost(ctx, h, sel)
-		perHost[indexOf(hosts, h.Name)] = as
+		hp, err := c.planPushHost(ctx, h, sel)
+		perHost[indexOf(hosts, h.Name)] = hp
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	var actions []plan.Action
-	for _, as := range perHost {
-		actions = append(actions, as...)
+	// Every host's directories first, then every host's writes: the runner
+	// takes a run of Parallel actions together, and a directory action (not
+	// Parallel: a host's files wait for their directories) between two hosts'
+	// writes would make the push go host by host.
+	var dirs, writes []plan.Action
+	for _, hp := range perHost {
+		dirs = append(dirs, hp.dirs...)
+		writes = append(writes, hp.writes...)
 	}
-	return actions, nil
+	return append(dirs, writes...), nil
 }
 
-func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushSelect) ([]plan.Action, error) {
-	var actions []plan.Action
+// hostPush is one host's part of the push: the actions that must come
+// first (directories, the old admin kubeconfig's removal), one at a time,
+// and the writes, which run side by side with every host's.
+type hostPush struct{ dirs, writes []plan.Action }
+
+func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushSelect) (hostPush, error) {
+	var hp hostPush
 	m := c.manifest(h.Name)
 	if sel != nil {
 		m = sel.manifest(m)
 		if len(m.Files) == 0 {
-			return nil, nil
+			return hp, nil
 		}
 	}
 	sh, err := c.Host(ctx, h.Name)
 	if err != nil {
-		return nil, err
+		return hp, err
 	}
 	files, err := c.remoteFiles(m)
 	if err != nil {
-		return nil, err
+		return hp, err
 	}
 	dirs := append([]units.Dir{{Path: restartDir, Mode: 0o700, Owner: "root:root"}}, m.Dirs...)
 	var dirPaths []string
@@ -380,7 +390,7 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushS
 	// instead of reading every binary; verify reads them all.
 	res, got, err := remote.Inspect(ctx, sh, files, sumsCache, dirPaths)
 	if err != nil {
-		return nil, err
+		return hp, err
 	}
 	for i, d := range dirs {
 		want := fmt.Sprintf("%o %s", d.Mode.Perm(), d.Owner)
@@ -388,7 +398,7 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushS
 			continue
 		}
 		owner := d.Owner
-		actions = append(actions, plan.Action{Host: sh.Name(), Kind: plan.Write, Desc: fmt.Sprintf("directory %s (%04o %s; now %s)", d.Path, d.Mode.Perm(), owner, got[i]),
+		hp.dirs = append(hp.dirs, plan.Action{Host: sh.Name(), Kind: plan.Write, Desc: fmt.Sprintf("directory %s (%04o %s; now %s)", d.Path, d.Mode.Perm(), owner, got[i]),
 			Do: func(ctx context.Context) error {
 				u, g, _ := strings.Cut(owner, ":")
 				_, err := sh.Run(ctx, fmt.Sprintf("install -d -m %o -o %s -g %s %s", d.Mode.Perm(), remote.Quote(u), remote.Quote(g), remote.Quote(d.Path)), nil)
@@ -396,7 +406,7 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushS
 			}})
 	}
 	if lookAdmin && got[len(dirs)] != "missing" {
-		actions = append(actions, c.oldAdminKubeconfigAction(sh))
+		hp.dirs = append(hp.dirs, c.oldAdminKubeconfigAction(sh))
 	}
 	fetch := c.newHostFetch(h.Name)
 	for i, r := range res {
@@ -424,14 +434,14 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushS
 		if r.Content {
 			// releases.fetchOn: hosts: the host downloads it (hostfetch.go).
 			if ok, err := fetch.add(mf, f, markers); err != nil {
-				return nil, err
+				return hp, err
 			} else if ok {
 				continue
 			}
 		}
 		// Files are written side by side (Parallel, one lane each): the
 		// directories above come first, and no write depends on another.
-		actions = append(actions, plan.Action{Host: h.Name, Kind: plan.Write, Desc: desc, Diff: diff, Restarts: mf.Components,
+		hp.writes = append(hp.writes, plan.Action{Host: h.Name, Kind: plan.Write, Desc: desc, Diff: diff, Restarts: mf.Components,
 			Parallel: true, Lane: f.Path, Do: func(ctx context.Context) error {
 				// The markers first, in the same command: if the write
 				// succeeds and the run dies before the restart, the next
@@ -440,7 +450,8 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushS
 				return remote.Put(ctx, sh, f, remote.PutOptions{Markers: markers, Cache: sumsCache, AttrsOnly: attrsOnly})
 			}})
 	}
-	return append(actions, fetch.actions(sh)...), nil
+	hp.writes = append(hp.writes, fetch.actions(sh)...)
+	return hp, nil
 }
 
 // shortDiff is a unified-ish diff of a text file on the host against want,

@@ -97,7 +97,7 @@ func TestPlanPush(t *testing.T) {
 	if err != nil || len(as) != 2 {
 		t.Fatalf("%v %q", err, descs(as))
 	}
-	w, d := as[0], as[1]
+	d, w := as[0], as[1] // every host's directories come before any write
 	if w.Host != "c2" || w.Kind != plan.Write || !strings.Contains(w.Desc, unit) || !slices.Equal(w.Restarts, []string{units.Scheduler}) {
 		t.Errorf("write action: %+v", w)
 	}
@@ -131,6 +131,43 @@ func TestPlanPush(t *testing.T) {
 	if len(cmds) != 1 || !strings.Contains(cmds[0], marker) || strings.Index(cmds[0], marker) > strings.Index(cmds[0], "cat > ") ||
 		strings.Index(cmds[0], sumsCache) < strings.Index(cmds[0], "mv -f -- ") {
 		t.Errorf("write ran %d command(s): %q", len(cmds), cmds)
+	}
+}
+
+// A cold push writes every host's files in one run of Parallel actions, after
+// every host's directories: a directory action (one at a time) between two
+// hosts' writes would make the runner push host by host.
+func TestColdPushWritesEveryHostAtOnce(t *testing.T) {
+	inv := threeHosts(t)
+	st := generated(t, inv)
+	fc := newFakeCluster(t, inv, Options{State: st}, models(inv, func() *hostModel {
+		return &hostModel{units: map[string]remote.UnitState{}, markers: map[string]bool{},
+			files: map[string]string{}, content: map[string]string{}, dirs: map[string]string{}}
+	}))
+	fc.withRelease()
+	as, err := fc.planPush(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := slices.IndexFunc(as, func(a plan.Action) bool { return a.Parallel })
+	if first < 0 {
+		t.Fatalf("no parallel write: %q", descs(as))
+	}
+	dirs, writes := map[string]int{}, map[string]int{}
+	for i, a := range as {
+		switch {
+		case i < first && strings.HasPrefix(a.Desc, "directory "):
+			dirs[a.Host]++
+		case i >= first && a.Parallel && strings.HasPrefix(a.Desc, "write "):
+			writes[a.Host]++
+		default:
+			t.Errorf("action %d of %d out of place (the first write is %d): %s %s: %s (Parallel %v)", i, len(as), first, a.Kind, a.Host, a.Desc, a.Parallel)
+		}
+	}
+	for _, h := range inv.ControlPlane {
+		if dirs[h.Name] == 0 || writes[h.Name] == 0 {
+			t.Errorf("%s: %d directories, %d writes", h.Name, dirs[h.Name], writes[h.Name])
+		}
 	}
 }
 
