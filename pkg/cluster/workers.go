@@ -269,6 +269,9 @@ func (c *Cluster) planWorkers(ctx context.Context, earlier plan.Planned) ([]plan
 			continue
 		}
 		if a := c.serviceAction(h, sh, sn, PodRoutes, serviceOpts{}); a != nil {
+			// A start (the unit is not running: no routes to keep) goes on
+			// every controller at once; a restart rolls host by host.
+			a.Parallel = a.Kind != plan.Restart
 			actions = append(actions, *a)
 		}
 	}

@@ -323,9 +323,10 @@ func TestPlanWorkersFresh(t *testing.T) {
 		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	// The new workers' actions run side by side (each host's in order);
-	// the wait and what follows it do not.
+	// the wait does not; the controllers' routes units, not running yet,
+	// start together after it.
 	for i, a := range as {
-		if a.Parallel != (i < 12) {
+		if a.Parallel != (i < 12 || i == 13) {
 			t.Errorf("action %d %q: Parallel %v", i, want[i], a.Parallel)
 		}
 	}
@@ -540,6 +541,10 @@ func TestPlanWorkersRemovesRecordedWorker(t *testing.T) {
 	}
 	if got := wdescs(as); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Running routes units restart one host at a time.
+	if as[5].Parallel {
+		t.Errorf("%q is Parallel", want[5])
 	}
 	if w := wf.writes(); len(w) > 0 {
 		t.Fatalf("the plan changed hosts: %v", w)
