@@ -352,19 +352,29 @@ func (c *Cluster) othersHealthy(ctx context.Context, h inventory.Host) error {
 func (c *Cluster) waitEtcd(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, c.opt.ServiceTimeout)
 	defer cancel()
-	for _, h := range c.Inv.ControlPlane {
+	// Every member at once: they came up together, and a wait host by host
+	// would add each host's round trips and poll intervals to the next.
+	errs := make([]error, len(c.Inv.ControlPlane))
+	eachHost(c.Inv.ControlPlane, func(i int, h inventory.Host) {
 		sh, err := c.Host(ctx, h.Name)
 		if err != nil {
-			return err
+			errs[i] = err
+			return
 		}
 		if err := remote.WaitActive(wctx, sh, "etcd.service", c.opt.ServiceTimeout); err != nil {
-			return usererr.New(fmt.Errorf("etcd on %s: %w", h.Name, err),
+			errs[i] = usererr.New(fmt.Errorf("etcd on %s: %w", h.Name, err),
 				"see 'journalctl -u etcd' on "+h.Name+"; a data dir from another cluster needs removing: rm -rf /var/lib/etcd/member")
+			return
 		}
 		if err := c.etcdHealthy(wctx, h); err != nil {
-			return err
+			errs[i] = err
+			return
 		}
-		if err := clearRestart(ctx, sh, units.Etcd); err != nil {
+		errs[i] = clearRestart(ctx, sh, units.Etcd)
+	})
+	// The first host's error in inventory order, as before.
+	for _, err := range errs {
+		if err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -128,6 +129,11 @@ func (m *hostModel) answer(cmd string) (string, error) {
 			b.WriteString(k + "\n")
 		}
 		fmt.Fprintf(&b, "@data\n%s\n", map[bool]string{true: "yes", false: "no"}[m.etcdData])
+	case strings.HasPrefix(cmd, "systemctl show -p ActiveState "):
+		// remote.QueryUnit (WaitActive): one unit, no Id line.
+		out := fakeShowUnits("systemctl show -p Id -p ActiveState -p UnitFileState -p NeedDaemonReload -p ActiveEnterTimestamp -- "+
+			strings.Trim(cmd[strings.LastIndex(cmd, " ")+1:], "'"), func(comp string) remote.UnitState { return m.units[comp] })
+		b.WriteString(strings.TrimPrefix(out, "@units\n"))
 	case strings.HasPrefix(cmd, "# compare "):
 		// remote.Inspect: no stat cache, so every same-size file is hashed
 		// ("# hash" below).
@@ -227,6 +233,9 @@ type fakeEtcd struct {
 	down    bool            // no quorum: the member list fails
 	alarms  []string        // "member <hex id>: NOSPACE"
 	calls   []string
+	// after: an endpoint answers healthy only once another was asked
+	// (a member alone has no quorum); endpoint -> the other endpoint
+	after map[string]string
 }
 
 func (e *fakeEtcd) record(s string) {
@@ -264,6 +273,9 @@ func (e *fakeEtcd) Health(_ context.Context, ep string) error {
 	defer e.mu.Unlock()
 	if !e.health[ep] {
 		return fmt.Errorf("etcd %s unhealthy: connection refused", ep)
+	}
+	if other, ok := e.after[ep]; ok && !slices.Contains(e.calls, "health "+other) {
+		return fmt.Errorf("etcd %s: no quorum yet", ep)
 	}
 	return nil
 }

@@ -18,8 +18,10 @@ import (
 
 // healthPoll is how health waits poll: a probe is one request through the
 // host's SSH connection, so a short first interval costs little and spares
-// each (re)start's wait most of a second; it backs off to 1s.
-var healthPoll = poll.Options{Interval: 200 * time.Millisecond, Max: time.Second, Attempt: 5 * time.Second}
+// each (re)start's wait most of a second. It backs off only to 500ms: a
+// wait ends at most that long after the component became healthy, and a
+// cold up chains several (etcd, each apiserver, then its controllers).
+var healthPoll = poll.Options{Interval: 200 * time.Millisecond, Max: 500 * time.Millisecond, Attempt: 5 * time.Second}
 
 // componentHealthy polls a component's health endpoint through SSH.
 func (c *Cluster) componentHealthy(ctx context.Context, h inventory.Host, comp string) error {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hardway/hardway/pkg/etcd"
 	"github.com/hardway/hardway/pkg/inventory"
@@ -168,6 +169,20 @@ func TestColdPushWritesEveryHostAtOnce(t *testing.T) {
 		if dirs[h.Name] == 0 || writes[h.Name] == 0 {
 			t.Errorf("%s: %d directories, %d writes", h.Name, dirs[h.Name], writes[h.Name])
 		}
+	}
+}
+
+// The members of a new cluster start together and are waited for together:
+// c1 has no quorum until c3 is up, so a wait host by host would time out on
+// c1 before ever asking c3.
+func TestWaitEtcdWaitsForEveryMemberAtOnce(t *testing.T) {
+	inv := threeHosts(t)
+	st := generated(t, inv)
+	fc := newFakeCluster(t, inv, Options{State: st, ServiceTimeout: 2 * time.Second}, models(inv, runningHost))
+	fc.etcd.converged(inv)
+	fc.etcd.after = map[string]string{fc.etcdEndpoint(inv.ControlPlane[0]): fc.etcdEndpoint(inv.ControlPlane[2])}
+	if err := fc.waitEtcd(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 

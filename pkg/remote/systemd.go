@@ -186,7 +186,9 @@ func WaitActive(ctx context.Context, h Host, unit string, timeout time.Duration)
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last UnitState
-	err := poll.Until(wctx, poll.Options{Interval: 100 * time.Millisecond, Max: time.Second}, func(ctx context.Context) error {
+	// 500ms at most between asks: a start's wait ends soon after the unit
+	// is active (one systemctl over the open connection costs little).
+	err := poll.Until(wctx, poll.Options{Interval: 100 * time.Millisecond, Max: 500 * time.Millisecond}, func(ctx context.Context) error {
 		st, err := QueryUnit(ctx, h, unit)
 		if err != nil {
 			return poll.Stop(err)
