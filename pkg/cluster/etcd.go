@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hardway/hardway/pkg/etcd"
@@ -354,29 +355,33 @@ func (c *Cluster) waitEtcd(ctx context.Context) error {
 	defer cancel()
 	// Every member at once: they came up together, and a wait host by host
 	// would add each host's round trips and poll intervals to the next.
-	errs := make([]error, len(c.Inv.ControlPlane))
-	eachHost(c.Inv.ControlPlane, func(i int, h inventory.Host) {
+	// The first failure ends the others' waits and is the one reported.
+	var once sync.Once
+	var first error
+	fail := func(err error) {
+		once.Do(func() { first = err; cancel() })
+	}
+	eachHost(c.Inv.ControlPlane, func(_ int, h inventory.Host) {
 		sh, err := c.Host(ctx, h.Name)
 		if err != nil {
-			errs[i] = err
+			fail(err)
 			return
 		}
 		if err := remote.WaitActive(wctx, sh, "etcd.service", c.opt.ServiceTimeout); err != nil {
-			errs[i] = usererr.New(fmt.Errorf("etcd on %s: %w", h.Name, err),
-				"see 'journalctl -u etcd' on "+h.Name+"; a data dir from another cluster needs removing: rm -rf /var/lib/etcd/member")
+			fail(usererr.New(fmt.Errorf("etcd on %s: %w", h.Name, err),
+				"see 'journalctl -u etcd' on "+h.Name+"; a data dir from another cluster needs removing: rm -rf /var/lib/etcd/member"))
 			return
 		}
 		if err := c.etcdHealthy(wctx, h); err != nil {
-			errs[i] = err
+			fail(err)
 			return
 		}
-		errs[i] = clearRestart(ctx, sh, units.Etcd)
-	})
-	// The first host's error in inventory order, as before.
-	for _, err := range errs {
-		if err != nil {
-			return err
+		if err := clearRestart(ctx, sh, units.Etcd); err != nil {
+			fail(err)
 		}
+	})
+	if first != nil {
+		return first
 	}
 	cli, err := c.etcd()
 	if err != nil {

@@ -186,6 +186,23 @@ func TestWaitEtcdWaitsForEveryMemberAtOnce(t *testing.T) {
 	}
 }
 
+// A member that failed ends the wait at once, named, while the others have
+// no quorum yet: the waits run together, and the first failure stops them.
+func TestWaitEtcdStopsAtTheFirstFailedMember(t *testing.T) {
+	inv := threeHosts(t)
+	st := generated(t, inv)
+	fc := newFakeCluster(t, inv, Options{State: st, ServiceTimeout: time.Minute}, models(inv, runningHost))
+	fc.model["c2"].units[units.Etcd] = remote.UnitState{State: "failed"}
+	start := time.Now()
+	err := fc.waitEtcd(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "etcd on c2") {
+		t.Fatalf("err = %v, want etcd on c2 failed", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("the failure was reported after %v: the other members' waits ran on", d)
+	}
+}
+
 func TestServiceOps(t *testing.T) {
 	active := remote.UnitState{Active: true, State: "active", Enabled: true}
 	tests := []struct {
