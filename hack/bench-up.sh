@@ -88,7 +88,8 @@ mb() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1e6 }'; }
 # this machine's cores, so a window's difference is what the hosts, hardway
 # (or the baseline's ssh and scp) and the kernel's network stack cost
 # together, and that divided by the cores bounds the window's time from below.
-busy() { awk '$1 == "cpu" { printf "%.2f", ($2 + $3 + $4 + $7 + $8 + $9) / 100; exit }' /proc/stat; }
+hz=$(getconf CLK_TCK) # /proc/stat counts in these ticks per second
+busy() { awk -v hz="$hz" '$1 == "cpu" { printf "%.2f", ($2 + $3 + $4 + $7 + $8 + $9) / hz; exit }' /proc/stat; }
 cpu_used() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 # lab_up DIR [WORKERS]: three fresh controllers (and workers); the inventory
