@@ -322,6 +322,11 @@ func (c *Cluster) etcdHealthy(ctx context.Context, h inventory.Host) error {
 		return err
 	}
 	defer cli.Close()
+	return c.memberHealthy(ctx, cli, h)
+}
+
+// memberHealthy polls h's member through cli until it answers healthy.
+func (c *Cluster) memberHealthy(ctx context.Context, cli etcdAPI, h inventory.Host) error {
 	return poll.Until(ctx, healthPoll, func(ctx context.Context) error { return cli.Health(ctx, c.etcdEndpoint(h)) })
 }
 
@@ -356,6 +361,12 @@ func (c *Cluster) waitEtcd(ctx context.Context) error {
 	// Every member at once: they came up together, and a wait host by host
 	// would add each host's round trips and poll intervals to the next.
 	// The first failure ends the others' waits and is the one reported.
+	// One client serves every member's health and the member list.
+	cli, err := c.etcd()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
 	var once sync.Once
 	var first error
 	fail := func(err error) {
@@ -372,7 +383,7 @@ func (c *Cluster) waitEtcd(ctx context.Context) error {
 				"see 'journalctl -u etcd' on "+h.Name+"; a data dir from another cluster needs removing: rm -rf /var/lib/etcd/member"))
 			return
 		}
-		if err := c.etcdHealthy(wctx, h); err != nil {
+		if err := c.memberHealthy(wctx, cli, h); err != nil {
 			fail(err)
 			return
 		}
@@ -383,10 +394,5 @@ func (c *Cluster) waitEtcd(ctx context.Context) error {
 	if first != nil {
 		return first
 	}
-	cli, err := c.etcd()
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
 	return c.checkMembers(ctx, cli)
 }

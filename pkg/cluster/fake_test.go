@@ -71,18 +71,23 @@ func fakeShowUnits(script string, state func(comp string) remote.UnitState) stri
 	var b strings.Builder
 	b.WriteString("@units\n")
 	for i, u := range strings.Fields(g[1]) {
-		st := state(strings.TrimSuffix(u, ".service"))
-		if st.State == "" {
-			st.State = map[bool]string{true: "active", false: "inactive"}[st.Active]
-		}
-		en := map[bool]string{true: "enabled", false: "disabled"}[st.Enabled]
-		rl := map[bool]string{true: "yes", false: "no"}[st.NeedReload]
 		if i > 0 {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "Id=%s\nActiveState=%s\nUnitFileState=%s\nNeedDaemonReload=%s\nActiveEnterTimestamp=%s\n", u, st.State, en, rl, st.ActiveEnter)
+		b.WriteString("Id=" + u + "\n" + fakeShowUnit(state(strings.TrimSuffix(u, ".service"))))
 	}
 	return b.String()
+}
+
+// fakeShowUnit is one unit's properties as systemctl show prints them
+// (without the Id line: remote.ShowCommand does not ask for it).
+func fakeShowUnit(st remote.UnitState) string {
+	if st.State == "" {
+		st.State = map[bool]string{true: "active", false: "inactive"}[st.Active]
+	}
+	en := map[bool]string{true: "enabled", false: "disabled"}[st.Enabled]
+	rl := map[bool]string{true: "yes", false: "no"}[st.NeedReload]
+	return fmt.Sprintf("ActiveState=%s\nUnitFileState=%s\nNeedDaemonReload=%s\nActiveEnterTimestamp=%s\n", st.State, en, rl, st.ActiveEnter)
 }
 
 // errSkipped: fakeCaptured's answer says the script would not run the
@@ -130,10 +135,12 @@ func (m *hostModel) answer(cmd string) (string, error) {
 		}
 		fmt.Fprintf(&b, "@data\n%s\n", map[bool]string{true: "yes", false: "no"}[m.etcdData])
 	case strings.HasPrefix(cmd, "systemctl show -p ActiveState "):
-		// remote.QueryUnit (WaitActive): one unit, no Id line.
-		out := fakeShowUnits("systemctl show -p Id -p ActiveState -p UnitFileState -p NeedDaemonReload -p ActiveEnterTimestamp -- "+
-			strings.Trim(cmd[strings.LastIndex(cmd, " ")+1:], "'"), func(comp string) remote.UnitState { return m.units[comp] })
-		b.WriteString(strings.TrimPrefix(out, "@units\n"))
+		// remote.QueryUnit (WaitActive): remote.ShowCommand of one unit.
+		for _, comp := range units.Names(units.ControlPlane) {
+			if cmd == remote.ShowCommand(comp+".service") {
+				b.WriteString(fakeShowUnit(m.units[comp]))
+			}
+		}
 	case strings.HasPrefix(cmd, "# compare "):
 		// remote.Inspect: no stat cache, so every same-size file is hashed
 		// ("# hash" below).

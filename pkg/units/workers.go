@@ -183,8 +183,8 @@ func workerComponents() []Component {
 // check declares it dead. With the defaults that took 45 s: its node lease
 // went unrenewed past its 40 s duration, close to the controller-manager's
 // 50 s grace period, and now and then the node turned NotReady although two
-// apiservers were up (measured in the lab). 10 s + 5 s bounds that to 15 s; the price is an HTTP/2 PING on a
-// connection that read nothing for 10 s.
+// apiservers were up (measured in the lab). 10 s + 5 s bounds that to 15 s;
+// the price is an HTTP/2 PING on a connection that read nothing for 10 s.
 var apiClientEnv = []envVar{
 	{"HTTP2_READ_IDLE_TIMEOUT_SECONDS", "10", "send an HTTP/2 PING on an API connection that read nothing for 10 s (client-go's default: 30 s), so a connection to a lost control-plane host is noticed"},
 	{"HTTP2_PING_TIMEOUT_SECONDS", "5", "close the connection when the PING is not answered within 5 s (default 15 s) and reconnect through the load balancer to a live apiserver (the kubelet: well before its node lease expires)"},
