@@ -54,8 +54,33 @@ type IdentityMismatch struct {
 	Path  string `json:"path"`  // on the host
 	Local string `json:"local"` // in the state directory
 	// Missing: the state directory has no such file (lost, or new).
-	Missing bool   `json:"missing,omitempty"`
+	Missing bool `json:"missing,omitempty"`
+	// Damaged: the host's copy is not a valid file of its kind (truncated,
+	// emptied, a literal placeholder). With the state directory's copy at
+	// hand that is drift, which up repairs; it is never a source for state
+	// pull.
+	Damaged bool   `json:"damaged,omitempty"`
 	Why     string `json:"why"`
+}
+
+// blocks reports whether m stops up: a damaged copy is drift that the state
+// directory repairs, unless the state directory lacks the file too.
+func (m IdentityMismatch) blocks() bool { return !m.Damaged || m.Missing }
+
+// identityDamage says why data, a host's copy of the identity file from s,
+// is not a valid file of its kind ("" when it is).
+func identityDamage(s *units.Source, data []byte) string {
+	switch s.Kind {
+	case units.SourceCert:
+		return pki.CertificateDamage(data)
+	case units.SourcePublicKey:
+		return pki.PublicKeyDamage(data)
+	case units.SourceKey:
+		return pki.PrivateKeyDamage(data)
+	case units.SourceEncryptionConfig:
+		return pki.EncryptionConfigDamage(data)
+	}
+	return ""
 }
 
 // HostDialer returns the connection to an inventory host.
@@ -107,14 +132,30 @@ func CompareIdentity(ctx context.Context, ms []*units.Manifest, st state.Dir, di
 			local := f.Source.LocalPath(st)
 			rel, _ := filepath.Rel(string(st), local)
 			mis := IdentityMismatch{Host: m.Host, Path: f.Path, Local: rel}
+			damage := identityDamage(f.Source, got[j].Data)
 			want, err := os.ReadFile(local)
 			if errors.Is(err, os.ErrNotExist) {
 				mis.Missing, mis.Why = true, "the host has it, the state directory does not"
+				if damage != "" {
+					mis.Damaged, mis.Why = true, "the host's copy is damaged ("+damage+") and the state directory has none"
+				}
 				perHost[i] = append(perHost[i], mis)
 				continue
 			}
 			if err != nil {
 				return fmt.Errorf("read %s: %w", local, err)
+			}
+			if d := identityDamage(f.Source, want); d != "" {
+				mis.Why = "the state directory's copy " + rel + " is damaged (" + d + ")"
+				perHost[i] = append(perHost[i], mis)
+				continue
+			}
+			if damage != "" {
+				// Nothing can be signed or encrypted with a copy that does
+				// not parse: the state directory's is the cluster's.
+				mis.Damaged, mis.Why = true, "the host's copy is damaged ("+damage+")"
+				perHost[i] = append(perHost[i], mis)
+				continue
 			}
 			switch f.Source.Kind {
 			case units.SourceCert:
@@ -145,40 +186,76 @@ func CompareIdentity(ctx context.Context, ms []*units.Manifest, st state.Dir, di
 	return mm, unreachable, err
 }
 
-// IdentityError explains mismatches and what to do next; from is the host
-// to pull the state from.
-func IdentityError(mm []IdentityMismatch, from string) error {
+// IdentityError explains the mismatches that stop up, and what to do next.
+// from is the control-plane host a state pull should read ("" when no
+// reachable one holds valid copies); damaged are the hosts whose copies are
+// damaged, which a hint never suggests. Damaged copies are listed too: up
+// repairs them once the rest is settled.
+func IdentityError(mm []IdentityMismatch, from string, damaged []string) error {
 	allMissing := true
 	var lines []string
 	for _, m := range mm {
-		allMissing = allMissing && m.Missing
+		if m.blocks() {
+			allMissing = allMissing && m.Missing
+		}
 		lines = append(lines, fmt.Sprintf("  %s: %s: %s", m.Host, m.Path, m.Why))
 	}
 	replace := "To replace the hosts' identity with this state directory's on purpose (every certificate,\n" +
 		"service-account token and stored Secret made with the old one stops working): hardway up --replace-identity"
+	notFrom := ""
+	if len(damaged) > 0 {
+		notFrom = fmt.Sprintf(" (not from %s: damaged copies)", strings.Join(damaged, ", "))
+	}
+	pull := fmt.Sprintf("'hardway state pull --from %s'%s", from, notFrom)
+	if from == "" {
+		pull = "no reachable control-plane host holds valid copies to pull from: restore the state directory\n" +
+			"from your backup ('hardway restore', or the backup's files in place),"
+	}
 	if allMissing {
 		return usererr.New(fmt.Errorf("the hosts hold the cluster's identity (CA, service-account key, encryption key) "+
 			"but the state directory does not; nothing was written:\n%s", strings.Join(lines, "\n")),
-			fmt.Sprintf("the state directory was lost (or this is a fresh clone): 'hardway state pull --from %s'\n"+
-				"rebuilds it from the hosts, then run 'hardway up' again.\n%s", from, replace))
+			fmt.Sprintf("the state directory was lost (or this is a fresh clone): %s\n"+
+				"rebuilds it from the hosts, then run 'hardway up' again.\n%s", pull, replace))
+	}
+	if from == "" {
+		pull = "restore the state directory from your backup"
+	} else {
+		pull = "run " + pull
 	}
 	return usererr.New(fmt.Errorf("the hosts' cluster identity differs from the state directory's; nothing was written:\n%s",
 		strings.Join(lines, "\n")),
 		fmt.Sprintf("check that -i and --state name the right cluster. If the hosts are right, move the state\n"+
-			"directory away and run 'hardway state pull --from %s'.\n%s", from, replace))
+			"directory away and %s.\n%s", pull, replace))
 }
 
-// pullFrom picks the host a hint names for state pull: the first
-// control-plane host with a mismatch, else the first control-plane host.
-func (c *Cluster) pullFrom(mm []IdentityMismatch) string {
-	for _, h := range c.Inv.ControlPlane {
-		for _, m := range mm {
-			if m.Host == h.Name {
-				return h.Name
-			}
+// pullFrom picks the host a hint names for state pull, and the hosts it
+// must not name: never one whose copies are damaged, nor one that could
+// not be compared. It prefers the first control-plane host whose valid
+// copies differ from the state directory's (the identity the hosts hold),
+// else the first control-plane host with valid copies.
+func (c *Cluster) pullFrom(mm []IdentityMismatch, unreachable []string) (from string, damaged []string) {
+	bad := map[string]bool{}
+	for _, m := range mm {
+		if m.Damaged && !bad[m.Host] {
+			bad[m.Host] = true
+			damaged = append(damaged, m.Host)
 		}
 	}
-	return c.Inv.ControlPlane[0].Name
+	for _, u := range unreachable {
+		name, _, _ := strings.Cut(u, " ")
+		bad[name] = true
+	}
+	for _, h := range c.Inv.ControlPlane {
+		if !bad[h.Name] && slices.ContainsFunc(mm, func(m IdentityMismatch) bool { return m.Host == h.Name && m.blocks() }) {
+			return h.Name, damaged
+		}
+	}
+	for _, h := range c.Inv.ControlPlane {
+		if !bad[h.Name] {
+			return h.Name, damaged
+		}
+	}
+	return "", damaged
 }
 
 func (c *Cluster) dialHost(ctx context.Context, name string) (remote.Host, error) {
@@ -228,13 +305,24 @@ func (c *Cluster) planIdentity(ctx context.Context, _ plan.Planned) ([]plan.Acti
 	if len(mm) == 0 {
 		return nil, nil
 	}
-	if !c.opt.ReplaceIdentity {
-		return nil, IdentityError(mm, c.pullFrom(mm))
+	blocking := slices.ContainsFunc(mm, IdentityMismatch.blocks)
+	if blocking && !c.opt.ReplaceIdentity {
+		from, damaged := c.pullFrom(mm, unreachable)
+		return nil, IdentityError(mm, from, damaged)
 	}
 	var actions []plan.Action
 	var hosts []string
 	files := map[string][]string{}
 	for _, m := range mm {
+		if !m.blocks() {
+			// The keys do not change: the push step rewrites the host's
+			// copy from the state directory and the services that read it
+			// restart behind the usual gates. This action is the record.
+			actions = append(actions, plan.Action{Host: m.Host, Kind: plan.Write,
+				Desc: fmt.Sprintf("repair %s: %s; rewritten from the state directory's %s (the cluster's keys do not change)", m.Path, m.Why, m.Local),
+				Do:   func(context.Context) error { return nil }})
+			continue
+		}
 		if files[m.Host] == nil {
 			hosts = append(hosts, m.Host)
 		}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -164,7 +165,7 @@ func TestCompareIdentity(t *testing.T) {
 				t.Errorf("%+v not missing", m)
 			}
 		}
-		err = IdentityError(mm, "controller-1")
+		err = IdentityError(mm, "controller-1", nil)
 		hint := usererr.HintOf(err)
 		for _, want := range []string{"hardway state pull --from controller-1", "--replace-identity"} {
 			if !strings.Contains(hint, want) {
@@ -199,7 +200,7 @@ func TestCompareIdentity(t *testing.T) {
 				t.Errorf("%+v", m)
 			}
 		}
-		err = IdentityError(mm, "controller-2")
+		err = IdentityError(mm, "controller-2", nil)
 		if !strings.Contains(err.Error(), "differs from the state directory's") ||
 			!strings.Contains(usererr.HintOf(err), "move the state\ndirectory away and run 'hardway state pull --from controller-2'") {
 			t.Errorf("%v\nhint: %s", err, usererr.HintOf(err))
@@ -230,6 +231,100 @@ func TestCompareIdentity(t *testing.T) {
 		mm, _, err := CompareIdentity(t.Context(), ms, st, fakes(t, ms, held))
 		if err != nil || len(mm) != 0 {
 			t.Fatalf("%v %+v", err, mm)
+		}
+	})
+	// A damaged copy on one host is drift: the state directory and the
+	// other hosts agree, and nothing can have been made with a copy that
+	// does not parse.
+	damage := map[string][]byte{
+		units.EncryptionConfig:  nil, // filled below: a literal ${ENCRYPTION_KEY}
+		units.CACert:            nil, // truncated
+		units.ServiceAccountPub: []byte("\n"),
+	}
+	enc, _ := os.ReadFile(st.EncryptionConfig())
+	ec, _ := pki.LoadEncryptionConfig(st.EncryptionConfig())
+	secret := ec.Resources[0].Providers[0].Secretbox.Keys[0].Secret
+	damage[units.EncryptionConfig] = []byte(strings.Replace(string(enc), secret, "${ENCRYPTION_KEY}", 1))
+	ca, _ := os.ReadFile(st.Cert(pki.CA))
+	damage[units.CACert] = ca[:len(ca)/2]
+	damaged := func(h string) map[string][]byte {
+		f := hostFiles(t, ms[0], st)
+		if h == "controller-2" {
+			for p, d := range damage {
+				f[p] = d
+			}
+		}
+		return f
+	}
+	t.Run("damaged copies on one host are drift, not another identity", func(t *testing.T) {
+		mm, _, err := CompareIdentity(t.Context(), ms, st, fakes(t, ms, damaged))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{
+			units.EncryptionConfig:  "the host's copy is damaged (a key is not base64 (a literal ${ENCRYPTION_KEY}? the apiserver cannot start with it))",
+			units.CACert:            "the host's copy is damaged (no PEM certificate (truncated or overwritten?))",
+			units.ServiceAccountPub: "the host's copy is damaged (empty)",
+		}
+		if len(mm) != len(want) {
+			t.Fatalf("%+v", mm)
+		}
+		for _, m := range mm {
+			if m.Host != "controller-2" || !m.Damaged || m.Missing || m.blocks() || want[m.Path] != m.Why {
+				t.Errorf("%+v", m)
+			}
+		}
+	})
+	t.Run("a lost state directory and one damaged host: the hint names a host with valid copies", func(t *testing.T) {
+		mm, _, err := CompareIdentity(t.Context(), ms, empty, fakes(t, ms, damaged))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &Cluster{Inv: inv}
+		from, bad := c.pullFrom(mm, nil)
+		if from != "controller-1" || fmt.Sprint(bad) != "[controller-2]" {
+			t.Fatalf("from %q, damaged %v", from, bad)
+		}
+		err = IdentityError(mm, from, bad)
+		hint := usererr.HintOf(err)
+		if !strings.Contains(hint, "'hardway state pull --from controller-1' (not from controller-2: damaged copies)") {
+			t.Errorf("hint:\n%s", hint)
+		}
+		// controller-1 unreachable too: controller-3, never controller-2.
+		from, _ = c.pullFrom(mm, []string{"controller-1 (dial: no route to host)"})
+		if from != "controller-3" {
+			t.Errorf("from %q", from)
+		}
+		from, _ = c.pullFrom(mm, []string{"controller-1 (x)", "controller-3 (x)"})
+		if from != "" {
+			t.Errorf("from %q", from)
+		}
+		if h := usererr.HintOf(IdentityError(mm, "", bad)); !strings.Contains(h, "no reachable control-plane host holds valid copies") || strings.Contains(h, "--from") {
+			t.Errorf("hint without a valid host:\n%s", h)
+		}
+	})
+	t.Run("another identity on one host and damage on another: refused, the hint never names the damaged host", func(t *testing.T) {
+		held := func(h string) map[string][]byte {
+			switch h {
+			case "controller-1":
+				return damaged("controller-2")
+			case "controller-2":
+				return hostFiles(t, ms[1], other)
+			}
+			return hostFiles(t, ms[2], st)
+		}
+		mm, _, err := CompareIdentity(t.Context(), ms, st, fakes(t, ms, held))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &Cluster{Inv: inv}
+		from, bad := c.pullFrom(mm, nil)
+		if from != "controller-2" || fmt.Sprint(bad) != "[controller-1]" {
+			t.Fatalf("from %q, damaged %v", from, bad)
+		}
+		err = IdentityError(mm, from, bad)
+		if !strings.Contains(err.Error(), "differs from the state directory's") || !strings.Contains(err.Error(), "controller-1: /var/lib/kubernetes/ca.crt: the host's copy is damaged") {
+			t.Errorf("%v", err)
 		}
 	})
 	t.Run("unreachable host is named, not compared", func(t *testing.T) {
@@ -339,5 +434,90 @@ func TestUpStopsWhenTheStateDirectoryIsLost(t *testing.T) {
 	}
 	if n := len(res.Steps[1].Actions); n != 3 || !strings.Contains(res.Steps[1].Actions[0].Desc, "replace the cluster identity (--replace-identity): /etc/etcd/etcd-ca.crt") {
 		t.Errorf("identity actions: %+v", res.Steps[1].Actions)
+	}
+}
+
+// The case on fake hosts: one host's encryption config holds a
+// literal ${ENCRYPTION_KEY} and its service-account.key is gone. up plans
+// the repair of exactly those files on exactly that host, with no flag; a
+// valid but different CA on that host is still refused, with nothing sent
+// that writes.
+func TestUpRepairsADamagedIdentityFile(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	inv := threeHosts(t)
+	st := state.Dir(filepath.Join(root, ".hardway"))
+	if _, err := generatedIn(ctx, inv, st); err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{State: st, Release: releaseOptionsIn(inv, root)}
+	fc := newFakeCluster(t, inv, opt, models(inv, runningHost))
+	fc.withRelease()
+	fc.pushed()
+	setFile := func(host, path string, data []byte) {
+		hm := fc.model[host]
+		hm.mu.Lock()
+		defer hm.mu.Unlock()
+		if data == nil {
+			delete(hm.files, path)
+			delete(hm.data, path)
+			return
+		}
+		f := strings.Fields(hm.files[path])
+		hm.files[path] = fmt.Sprintf("%s %s %s %s %s %d %x", f[0], f[1], f[2], f[3], f[4], len(data), sha256.Sum256(data))
+		hm.data[path] = data
+	}
+	enc, _ := os.ReadFile(st.EncryptionConfig())
+	ec, _ := pki.LoadEncryptionConfig(st.EncryptionConfig())
+	secret := ec.Resources[0].Providers[0].Secretbox.Keys[0].Secret
+	setFile("c2", units.EncryptionConfig, []byte(strings.Replace(string(enc), secret, "${ENCRYPTION_KEY}", 1)))
+	setFile("c2", units.ServiceAccountKey, nil)
+
+	var out strings.Builder
+	res, err := (&plan.Runner{Out: &out, DryRun: true, Only: []string{StepIdentity, StepPush}}).Run(ctx, fc.Steps())
+	if err != nil {
+		t.Fatalf("%v\nhint: %s", err, usererr.HintOf(err))
+	}
+	var got []string
+	for _, s := range res.Steps {
+		for _, a := range s.Actions {
+			got = append(got, s.Name+" "+a.Host+": "+a.Desc)
+		}
+	}
+	want := []string{
+		"identity c2: repair /var/lib/kubernetes/encryption-config.yaml: the host's copy is damaged (a key is not base64 " +
+			"(a literal ${ENCRYPTION_KEY}? the apiserver cannot start with it)); rewritten from the state directory's " +
+			"encryption-config.yaml (the cluster's keys do not change)",
+		"push c2: write /var/lib/kubernetes/encryption-config.yaml (0600, content)",
+		"push c2: repair /var/lib/kubernetes/service-account.key (0600, missing; from the state directory: the cluster's keys do not change)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if strings.Contains(out.String(), secret) {
+		t.Error("the plan printed the encryption key")
+	}
+	for _, h := range inv.ControlPlane {
+		assertReadOnly(t, h.Name, fc.commands(h.Name))
+	}
+
+	// A valid CA of another cluster on c2: refused, nothing written.
+	other := state.Dir(filepath.Join(t.TempDir(), "other"))
+	if _, err := pki.Generate(ctx, inv, other, pki.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	otherCA, _ := os.ReadFile(other.Cert(pki.CA))
+	setFile("c2", units.CACert, otherCA)
+	fc2 := newFakeCluster(t, inv, opt, fc.model)
+	_, err = (&plan.Runner{Out: &strings.Builder{}}).Run(ctx, fc2.Steps())
+	if err == nil || !strings.Contains(err.Error(), "c2: /var/lib/kubernetes/ca.crt: another certificate than pki/ca.crt") ||
+		!strings.Contains(err.Error(), "c2: /var/lib/kubernetes/encryption-config.yaml: the host's copy is damaged") {
+		t.Fatalf("err %v", err)
+	}
+	if h := usererr.HintOf(err); !strings.Contains(h, "--replace-identity") || strings.Contains(h, "--from c2") {
+		t.Errorf("hint names the damaged host:\n%s", h)
+	}
+	for _, h := range inv.ControlPlane {
+		assertReadOnly(t, h.Name, fc2.commands(h.Name))
 	}
 }

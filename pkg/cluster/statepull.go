@@ -87,6 +87,9 @@ type pullItem struct {
 	// have on any host; only then is its absence no loss.
 	optional bool
 	copies   []pullCopy
+	// damaged: the hosts whose copy is not a valid file of its kind,
+	// host -> why; those copies are never pulled.
+	damaged map[string]string
 }
 
 // PullState rebuilds the state directory from the hosts. Nothing is
@@ -171,6 +174,13 @@ func (c *Cluster) PullState(ctx context.Context, o PullOptions) (*PullResult, er
 		for j, f := range hf.files {
 			if got[i][j].Exists {
 				it := items[f.Source.LocalPath(st)]
+				if why := identityDamage(f.Source, got[i][j].Data); why != "" {
+					if it.damaged == nil {
+						it.damaged = map[string]string{}
+					}
+					it.damaged[hf.host] = why
+					continue
+				}
 				it.copies = append(it.copies, pullCopy{host: hf.host, path: f.Path, data: got[i][j].Data})
 			}
 		}
@@ -178,7 +188,7 @@ func (c *Cluster) PullState(ctx context.Context, o PullOptions) (*PullResult, er
 
 	// Decide each file's content.
 	want := map[string][]byte{} // local path -> content
-	var missingIdentity []string
+	var missingIdentity, damagedIdentity []string
 	var locals []string
 	for l := range items {
 		locals = append(locals, l)
@@ -194,6 +204,9 @@ func (c *Cluster) PullState(ctx context.Context, o PullOptions) (*PullResult, er
 			pf.From, pf.Note = from, note
 		case it.identity && it.optional && len(it.copies) == 0:
 			continue // a cluster made before the etcd CA: none to pull
+		case it.identity && it.damaged[o.From] != "":
+			damagedIdentity = append(damagedIdentity, fmt.Sprintf("%s (%s)", it.rel, it.damaged[o.From]))
+			continue
 		case it.identity:
 			missingIdentity = append(missingIdentity, it.rel)
 			continue
@@ -201,6 +214,10 @@ func (c *Cluster) PullState(ctx context.Context, o PullOptions) (*PullResult, er
 			pf.Status, pf.Note = PullSkipped, note
 		}
 		res.Files = append(res.Files, pf)
+	}
+	if len(damagedIdentity) > 0 {
+		return nil, usererr.New(fmt.Errorf("state pull: %s's copy is damaged: %s; nothing was written",
+			o.From, strings.Join(damagedIdentity, ", ")), pullValidHint(items, cps, o.From))
 	}
 	if len(missingIdentity) > 0 {
 		return nil, usererr.New(fmt.Errorf("state pull: %s does not hold %s: nothing was written",
@@ -333,6 +350,14 @@ func choose(it *pullItem, from string) (data []byte, hosts []string, note string
 		if len(differ) > 0 {
 			note = "taken from " + from + "; differs on " + strings.Join(differ, ", ") + " ('hardway up' will stop there: decide which is right)"
 		}
+		var bad []string
+		for h := range it.damaged {
+			bad = append(bad, h)
+		}
+		if len(bad) > 0 {
+			slices.Sort(bad)
+			note = strings.TrimPrefix(note+"; damaged on "+strings.Join(bad, ", ")+" ('hardway up' repairs it)", "; ")
+		}
 		return fromCopy.data, hosts, note, true
 	}
 	if len(it.copies) == 0 {
@@ -402,4 +427,26 @@ func pullMissingHint(missing, cps []string, from string) string {
 			"'hardway up' pushes the key, and later pulls work"
 	}
 	return hint
+}
+
+// pullValidHint names the control-plane hosts whose copies of every
+// identity file are valid: the ones to pull from instead.
+func pullValidHint(items map[string]*pullItem, cps []string, from string) string {
+	var valid []string
+	for _, h := range cps {
+		ok := h != from
+		for _, it := range items {
+			if it.identity && it.damaged[h] != "" {
+				ok = false
+			}
+		}
+		if ok {
+			valid = append(valid, "--from "+usererr.Quote(h))
+		}
+	}
+	if len(valid) == 0 {
+		return "no other control-plane host holds valid copies: restore the state directory from your backup"
+	}
+	return "pull from a host whose copies are valid: " + strings.Join(valid, ", ") +
+		"; the next 'hardway up' then repairs the damaged copies"
 }

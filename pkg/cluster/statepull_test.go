@@ -195,7 +195,10 @@ func TestStatePullRefusals(t *testing.T) {
 	})
 	t.Run("copies of a leaf differ", func(t *testing.T) {
 		fc, opt, _ := pullSetup(t)
-		fc.model["c3"].data[units.APIServerCert] = []byte("other")
+		// A valid certificate that is another one (a damaged copy is no
+		// candidate at all: below).
+		fc.model["c3"].data[units.APIServerCert] = fc.model["c3"].data[units.CACert]
+		fc.model["c2"].data[units.APIServerCert] = []byte("truncated")
 		pc := newFakeCluster(t, fc.Inv, opt, fc.model)
 		pc.withRelease()
 		res, err := pc.PullState(ctx, PullOptions{From: "c1"})
@@ -203,7 +206,7 @@ func TestStatePullRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, f := range res.Files {
-			if f.Path == "pki/kube-apiserver.crt" && (f.From[0] != "c1" || !strings.Contains(f.Note, "copies differ between c1, c2, c3: taken from c1")) {
+			if f.Path == "pki/kube-apiserver.crt" && (f.From[0] != "c1" || !strings.Contains(f.Note, "copies differ between c1, c3: taken from c1")) {
 				t.Errorf("%+v", f)
 			}
 		}
@@ -245,5 +248,53 @@ func TestStatePullSingleCACluster(t *testing.T) {
 	}
 	if r.Changes() != 0 {
 		t.Errorf("up after state pull plans changes: %+v", r.Steps)
+	}
+}
+
+// A host whose copy of an identity file is damaged is never a source: a pull
+// from it is refused, naming the hosts with valid copies, and a pull from
+// another host takes the valid copy and says where the damage is.
+func TestStatePullNeverTakesADamagedCopy(t *testing.T) {
+	ctx := context.Background()
+	fc, opt, orig := pullSetup(t)
+	enc, err := os.ReadFile(orig.EncryptionConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec, _ := pki.LoadEncryptionConfig(orig.EncryptionConfig())
+	secret := ec.Resources[0].Providers[0].Secretbox.Keys[0].Secret
+	fc.model["c2"].data[units.EncryptionConfig] = []byte(strings.Replace(string(enc), secret, "${ENCRYPTION_KEY}", 1))
+
+	pc := newFakeCluster(t, fc.Inv, opt, fc.model)
+	pc.withRelease()
+	_, err = pc.PullState(ctx, PullOptions{From: "c2"})
+	if err == nil || !strings.Contains(err.Error(), "c2's copy is damaged: encryption-config.yaml (a key is not base64") ||
+		!strings.Contains(err.Error(), "nothing was written") {
+		t.Fatalf("err %v", err)
+	}
+	if h := usererr.HintOf(err); !strings.Contains(h, "--from c1, --from c3") {
+		t.Errorf("hint: %s", h)
+	}
+	if _, err := os.Stat(string(opt.State)); err == nil {
+		if _, err := os.Stat(opt.State.EncryptionConfig()); err == nil {
+			t.Error("a refused pull wrote the encryption config")
+		}
+	}
+
+	res, err := pc.PullState(ctx, PullOptions{From: "c1"})
+	if err != nil {
+		t.Fatalf("%v\nhint: %s", err, usererr.HintOf(err))
+	}
+	got, _ := os.ReadFile(opt.State.EncryptionConfig())
+	if string(got) != string(enc) {
+		t.Error("the pulled encryption config is not the valid one")
+	}
+	for _, f := range res.Files {
+		if f.Path == "encryption-config.yaml" && !strings.Contains(f.Note, "damaged on c2 ('hardway up' repairs it)") {
+			t.Errorf("%+v", f)
+		}
+		if strings.Contains(f.Note, secret) {
+			t.Error("a note holds the key")
+		}
 	}
 }

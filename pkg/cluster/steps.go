@@ -408,6 +408,13 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushS
 	if lookAdmin && got[len(dirs)] != "missing" {
 		hp.dirs = append(hp.dirs, c.oldAdminKubeconfigAction(sh))
 	}
+	// A host that already holds part of the identity and lacks a file of it,
+	// or holds another private key beside the same public half (the identity
+	// step compared those), has drifted: the write is a repair.
+	holdsIdentity := false
+	for i, r := range res {
+		holdsIdentity = holdsIdentity || !r.Content && IsIdentity(m.Files[i].Source)
+	}
 	fetch := c.newHostFetch(h.Name)
 	for i, r := range res {
 		why := r.Why
@@ -422,6 +429,10 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushS
 		}
 		f, mf := files[i], m.Files[i]
 		desc := fmt.Sprintf("write %s (%04o, %s)", f.Path, f.Mode.Perm(), why)
+		if sel == nil && !c.opt.ReplaceIdentity && r.Content && holdsIdentity && IsIdentity(mf.Source) &&
+			(r.Why == "missing" || mf.Source.Kind == units.SourceKey) {
+			desc = fmt.Sprintf("repair %s (%04o, %s; from the state directory: the cluster's keys do not change)", f.Path, f.Mode.Perm(), why)
+		}
 		diff := ""
 		if mf.Content != nil && r.Content && r.Why != "missing" {
 			diff = c.shortDiff(ctx, sh, f.Path, mf.Content)

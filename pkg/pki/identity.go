@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/subtle"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -246,4 +248,84 @@ func GuardIdentity(inv *inventory.Inventory, dir state.Dir, opts Options) error 
 		return err
 	}
 	return identityGuard(inv, dir, opts, replace)
+}
+
+// A copy of an identity file on a host is either valid (it parses as what it
+// should be) or damaged: truncated, emptied, a literal placeholder. A
+// damaged copy is drift that the state directory's copy repairs, since
+// nothing can have been signed or encrypted with it; a valid copy that
+// differs is another cluster's identity, which only --replace-identity
+// replaces. The Damage functions say why a copy is damaged, "" when it is
+// valid, and never quote the content.
+
+// CertificateDamage checks a PEM file of one or more certificates (a CA, or
+// a trust bundle): every block a certificate, nothing else in the file.
+func CertificateDamage(data []byte) string {
+	rest := bytes.TrimSpace(data)
+	if len(rest) == 0 {
+		return "empty"
+	}
+	n := 0
+	for len(rest) > 0 {
+		b, r := pem.Decode(rest)
+		if b == nil {
+			if n == 0 {
+				return "no PEM certificate (truncated or overwritten?)"
+			}
+			return fmt.Sprintf("not PEM after certificate %d (truncated?)", n)
+		}
+		if b.Type != "CERTIFICATE" {
+			return fmt.Sprintf("PEM block %d is %q, not a certificate", n+1, b.Type)
+		}
+		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
+			return fmt.Sprintf("certificate %d does not parse", n+1)
+		}
+		n++
+		rest = bytes.TrimSpace(r)
+	}
+	return ""
+}
+
+// PublicKeyDamage checks a PEM "PUBLIC KEY" file.
+func PublicKeyDamage(data []byte) string {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return "empty"
+	}
+	if _, err := parsePublicKey(data); err != nil {
+		return "no PEM public key that parses (truncated or overwritten?)"
+	}
+	return ""
+}
+
+// PrivateKeyDamage checks a PEM private key. Only local copies and copies
+// state pull has already read are checked: private keys never travel for a
+// comparison.
+func PrivateKeyDamage(data []byte) string {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return "empty"
+	}
+	if _, err := parseKey(data); err != nil {
+		return "no PEM private key that parses (truncated or overwritten?)"
+	}
+	return ""
+}
+
+// EncryptionConfigDamage checks an encryption config as the apiserver would
+// read it: it parses and every key decodes to its provider's length. The
+// reason is one of a few fixed phrases: a YAML error can quote a value, and
+// a value here may be a key.
+func EncryptionConfigDamage(data []byte) string {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return "empty"
+	}
+	_, err := ParseEncryptionConfig("copy", data)
+	switch {
+	case err == nil:
+		return ""
+	case strings.Contains(err.Error(), "is not base64"):
+		return "a key is not base64 (a literal ${ENCRYPTION_KEY}? the apiserver cannot start with it)"
+	case strings.Contains(err.Error(), "bytes after base64 decoding"):
+		return "a key has the wrong length for its provider"
+	}
+	return "not a valid EncryptionConfiguration"
 }

@@ -99,3 +99,48 @@ func TestIdentityGuardIgnoresNonState(t *testing.T) {
 		}
 	}
 }
+
+// A damaged copy is told from a valid one by parsing alone, and the reason
+// never quotes the content.
+func TestDamage(t *testing.T) {
+	inv, dir := loadInventory(t, baseInventory, "ecdsa-p256")
+	generate(t, inv, dir, Options{})
+	read := func(p string) []byte {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ca, key, pub, enc := read(dir.Cert(CA)), read(dir.Key(CA)), read(PublicKeyPath(dir, ServiceAccount)), read(dir.EncryptionConfig())
+	c, _ := LoadEncryptionConfig(dir.EncryptionConfig())
+	secret := c.Resources[0].Providers[0].Secretbox.Keys[0].Secret
+	short := strings.Replace(string(enc), secret, "c2hvcnQ=", 1) // "short": 5 bytes
+	for _, tc := range []struct {
+		name string
+		fn   func([]byte) string
+		data []byte
+		want string
+	}{
+		{"certificate", CertificateDamage, ca, ""},
+		{"bundle of two", CertificateDamage, append(append([]byte{}, ca...), ca...), ""},
+		{"truncated certificate", CertificateDamage, ca[:len(ca)/2], "no PEM certificate (truncated or overwritten?)"},
+		{"bundle truncated after the first", CertificateDamage, append(append([]byte{}, ca...), ca[:40]...), "not PEM after certificate 1 (truncated?)"},
+		{"empty certificate", CertificateDamage, []byte("  \n"), "empty"},
+		{"a key where a certificate belongs", CertificateDamage, key, `PEM block 1 is "EC PRIVATE KEY", not a certificate`},
+		{"public key", PublicKeyDamage, pub, ""},
+		{"truncated public key", PublicKeyDamage, pub[:30], "no PEM public key that parses (truncated or overwritten?)"},
+		{"private key", PrivateKeyDamage, key, ""},
+		{"garbage private key", PrivateKeyDamage, []byte("${CA_KEY}"), "no PEM private key that parses (truncated or overwritten?)"},
+		{"encryption config", EncryptionConfigDamage, enc, ""},
+		{"literal placeholder", EncryptionConfigDamage, []byte(strings.Replace(string(enc), secret, "${ENCRYPTION_KEY}", 1)),
+			"a key is not base64 (a literal ${ENCRYPTION_KEY}? the apiserver cannot start with it)"},
+		{"short key", EncryptionConfigDamage, []byte(short), "a key has the wrong length for its provider"},
+		{"half-written config", EncryptionConfigDamage, enc[:len(enc)/3], "not a valid EncryptionConfiguration"},
+		{"empty config", EncryptionConfigDamage, nil, "empty"},
+	} {
+		if got := tc.fn(tc.data); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
