@@ -269,6 +269,8 @@ func TestControlPlane(t *testing.T) {
 		}
 	})
 
+	e.damagedIdentityScenarios(t)
+
 	t.Run("etcd status: every member answers, one leader, no alarm", func(t *testing.T) {
 		e.t = t
 		code, out, errs := e.hardway("etcd", "status", "-o", "json")
