@@ -97,10 +97,8 @@ func (a *App) newUpgradePlanCmd() *cobra.Command {
 				return err
 			}
 			st := a.stateDir(inv)
-			lg, err := runlog.Open(st.LogDir(), "upgrade-plan", time.Now())
-			if err != nil {
-				return err
-			}
+			// A plan only reads, locally too: no run log is written.
+			lg := runlog.Discard()
 			c := cluster.New(inv, cluster.Options{State: st, Trace: lg.Command})
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
@@ -118,14 +116,12 @@ func (a *App) newUpgradePlanCmd() *cobra.Command {
 				} else {
 					err = writeUpgradePlan(a.Stdout, p)
 				}
-				writeUpgradePlan(lg, p)
 			}
 			if err == nil && p.Blocked() {
 				err = usererr.New(fmt.Errorf("upgrade to %s blocked: %d rule(s) broken", p.Target.Kubernetes, len(p.Violations)),
 					"each blocked line above has its own hint; nothing was changed")
 			}
-			lg.End(err)
-			return runlog.WithPath(err, lg)
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "target Kubernetes: a minor (1.36) or an exact version (v1.36.3); default: the minor after the running control plane")
