@@ -118,6 +118,7 @@ Start with:
 		a.newBackupCmd(),
 		a.newRestoreCmd(),
 		a.newRotateCmd(),
+		a.newUpgradeCmd(),
 	} {
 		root.AddCommand(c)
 	}

@@ -45,6 +45,23 @@ func DefaultEtcdFor(k8s *version.Version) string {
 	return etcdTable[s[1]].Default
 }
 
+// EtcdMinorsFor returns the etcd minors (3.x) the table pairs with a
+// Kubernetes version, or nil outside the table: what 'hardway upgrade plan'
+// checks a target etcd against.
+func EtcdMinorsFor(k8s *version.Version) []int {
+	s := k8s.Segments()
+	if len(s) < 2 || s[0] != 1 {
+		return nil
+	}
+	return append([]int(nil), etcdTable[s[1]].Minors...)
+}
+
+// SupportsKubernetes says whether hardway renders for Kubernetes v.
+func SupportsKubernetes(v *version.Version) bool { return supportedKubernetes.Check(v.Core()) }
+
+// SupportsEtcd says whether hardway renders for etcd v.
+func SupportsEtcd(v *version.Version) bool { return supportedEtcd.Check(v.Core()) }
+
 func (inv *Inventory) applyDefaults() {
 	if inv.Cluster == "" {
 		inv.Cluster = DefaultClusterName

@@ -81,3 +81,13 @@ func (f *Fetcher) resolveMinor(ctx context.Context, k8sMirror string, r Requeste
 	}
 	return got, nil
 }
+
+// LatestPatch asks the mirror (stable-X.Y.txt) for the newest patch of a
+// Kubernetes minor ("1.36"): a read, for 'hardway upgrade plan --to 1.36'.
+func LatestPatch(ctx context.Context, k8sMirror, minor string) (*version.Version, error) {
+	r, err := ParseRequested(minor, true)
+	if err != nil {
+		return nil, err
+	}
+	return (&Fetcher{}).resolveMinor(ctx, k8sMirror, r)
+}
