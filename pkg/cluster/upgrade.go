@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/skew"
 	"github.com/hardway/hardway/pkg/units"
 	"github.com/hardway/hardway/pkg/usererr"
@@ -37,7 +38,8 @@ func versionScript(paths []string) string {
 	var b strings.Builder
 	b.WriteString("# versions\n")
 	for _, p := range paths {
-		fmt.Fprintf(&b, "echo '@@%s'; if [ -x '%s' ]; then '%s' --version 2>&1 | head -n 5; else echo '@missing'; fi\n", p, p, p)
+		q := remote.Quote(p)
+		fmt.Fprintf(&b, "echo %s; if [ -x %s ]; then %s --version 2>&1 | head -n 5; else echo '@missing'; fi\n", remote.Quote("@@"+p), q, q)
 	}
 	return b.String()
 }

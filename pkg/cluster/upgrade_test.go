@@ -22,7 +22,7 @@ import (
 	"github.com/hardway/hardway/pkg/state"
 )
 
-var reVersionAsk = regexp.MustCompile(`(?m)^echo '@@(\S+)'; if`)
+var reVersionAsk = regexp.MustCompile(`(?m)^echo '?@@([^' ;]+)'?; if`)
 
 // versionHost answers the versions script as a host whose binaries print
 // out[path] (a path not in out is not installed).
