@@ -501,6 +501,23 @@ func TestUpRepairsADamagedIdentityFile(t *testing.T) {
 		assertReadOnly(t, h.Name, fc.commands(h.Name))
 	}
 
+	// The daemon's --repair runs push (and the restarts) without the identity
+	// step (pkg/daemon RepairSteps); the guard still compares first, so the
+	// damage is repaired there too, on c2 alone.
+	repair := &plan.Runner{Out: &strings.Builder{}, Only: []string{StepPush}}
+	if _, err := repair.Run(ctx, fc.Steps()); err != nil {
+		t.Fatalf("repair: %v", err)
+	}
+	wrote := func(host, path string) bool {
+		return slices.ContainsFunc(fc.commands(host), func(c string) bool { return strings.Contains(c, path) && strings.Contains(c, "mv ") })
+	}
+	for _, h := range []string{"c1", "c3"} {
+		assertReadOnly(t, h, fc.commands(h))
+	}
+	if !wrote("c2", units.EncryptionConfig) || !wrote("c2", units.ServiceAccountKey) {
+		t.Errorf("the repair did not rewrite c2's files:\n%s", strings.Join(fc.commands("c2"), "\n---\n"))
+	}
+
 	// A valid CA of another cluster on c2: refused, nothing written.
 	other := state.Dir(filepath.Join(t.TempDir(), "other"))
 	if _, err := pki.Generate(ctx, inv, other, pki.Options{}); err != nil {
