@@ -3,8 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
-	"sync"
 
 	"github.com/hashicorp/go-version"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,22 +62,22 @@ func (c *Cluster) ObserveVersions(ctx context.Context) []skew.Observation {
 		jobs = append(jobs, job{h, skew.Worker})
 	}
 	res := make([][]skew.Observation, len(jobs)+1)
-	var wg sync.WaitGroup
-	for i, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res[i] = c.observeHost(ctx, j.h, skew.Names(j.role), paths)
-		}()
-	}
-	if len(c.Inv.Workers) > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res[len(jobs)] = c.observeNodes(ctx)
-		}()
-	}
-	wg.Wait()
+	// The Nodes are read through the API beside the hosts' SSH reads.
+	nodes := make(chan []skew.Observation, 1)
+	go func() {
+		if len(c.Inv.Workers) == 0 {
+			nodes <- nil
+			return
+		}
+		nodes <- c.observeNodes(ctx)
+	}()
+	// Hosts as every step reads them: bounded, in parallel; a host that
+	// cannot be read is an Observation with Err, never an error here.
+	_ = remote.ForEach(ctx, jobs, hostsAtOnce, func(ctx context.Context, j job) error {
+		res[slices.Index(jobs, j)] = c.observeHost(ctx, j.h, skew.Names(j.role), paths)
+		return nil
+	})
+	res[len(jobs)] = <-nodes
 	var out []skew.Observation
 	for _, r := range res {
 		out = append(out, r...)
