@@ -202,30 +202,25 @@ func IdentityError(mm []IdentityMismatch, from string, damaged []string) error {
 	}
 	replace := "To replace the hosts' identity with this state directory's on purpose (every certificate,\n" +
 		"service-account token and stored Secret made with the old one stops working): hardway up --replace-identity"
-	notFrom := ""
-	if len(damaged) > 0 {
-		notFrom = fmt.Sprintf(" (not from %s: damaged copies)", strings.Join(damaged, ", "))
-	}
-	pull := fmt.Sprintf("'hardway state pull --from %s'%s", from, notFrom)
-	if from == "" {
-		pull = "no reachable control-plane host holds valid copies to pull from: restore the state directory\n" +
-			"from your backup ('hardway restore', or the backup's files in place),"
+	// Where the state comes back from: a host with valid copies, or the
+	// backup when no reachable host holds them.
+	source := "restore it from your backup (no reachable control-plane host holds valid copies to pull)"
+	if from != "" {
+		source = fmt.Sprintf("run 'hardway state pull --from %s'", from)
+		if len(damaged) > 0 {
+			source += fmt.Sprintf(" (not from %s: damaged copies)", strings.Join(damaged, ", "))
+		}
 	}
 	if allMissing {
 		return usererr.New(fmt.Errorf("the hosts hold the cluster's identity (CA, service-account key, encryption key) "+
 			"but the state directory does not; nothing was written:\n%s", strings.Join(lines, "\n")),
-			fmt.Sprintf("the state directory was lost (or this is a fresh clone): %s\n"+
-				"rebuilds it from the hosts, then run 'hardway up' again.\n%s", pull, replace))
-	}
-	if from == "" {
-		pull = "restore the state directory from your backup"
-	} else {
-		pull = "run " + pull
+			fmt.Sprintf("the state directory was lost (or this is a fresh clone): %s,\n"+
+				"then run 'hardway up' again.\n%s", source, replace))
 	}
 	return usererr.New(fmt.Errorf("the hosts' cluster identity differs from the state directory's; nothing was written:\n%s",
 		strings.Join(lines, "\n")),
 		fmt.Sprintf("check that -i and --state name the right cluster. If the hosts are right, move the state\n"+
-			"directory away and %s.\n%s", pull, replace))
+			"directory away and %s.\n%s", source, replace))
 }
 
 // pullFrom picks the host a hint names for state pull, and the hosts it

@@ -299,7 +299,7 @@ func TestCompareIdentity(t *testing.T) {
 		if from != "" {
 			t.Errorf("from %q", from)
 		}
-		if h := usererr.HintOf(IdentityError(mm, "", bad)); !strings.Contains(h, "no reachable control-plane host holds valid copies") || strings.Contains(h, "--from") {
+		if h := usererr.HintOf(IdentityError(mm, "", bad)); !strings.Contains(h, "lost (or this is a fresh clone): restore it from your backup (no reachable control-plane host holds valid copies to pull),\nthen run 'hardway up' again.") || strings.Contains(h, "--from") {
 			t.Errorf("hint without a valid host:\n%s", h)
 		}
 	})
