@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/hardway/hardway/pkg/apilb"
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/poll"
+	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/units"
 	"github.com/hardway/hardway/pkg/verify"
 )
@@ -197,4 +200,65 @@ func (c *Cluster) lbVerdict(worker string, bs []apilb.Backend) verify.Result {
 			"backends not health-checked yet: %s", list)
 	}
 	return verify.OKf(worker, "%d backends, all passing the health check: %s", len(bs), list)
+}
+
+// lbAround keeps the workers' load balancers away from an apiserver while
+// it restarts: before, every worker's pool is rewritten without it and up
+// waits until each Traefik has dropped it; after, the whole pool is put
+// back. A restarting apiserver fails /readyz and then refuses connections
+// while Traefik's TCP health check, every 2 s, still counts it; without
+// this, a client that connects then gets a failure from the LB.
+//
+// The pool file is the manifest's own file when whole, so push finds it
+// equal; a run that dies between the two leaves the smaller pool, which
+// verify names and the next up's push replaces. An unreachable worker is
+// skipped: it has no clients to keep.
+func (c *Cluster) lbPool(ctx context.Context, out ...string) error {
+	if !c.Inv.NodeLocalLB() {
+		return nil
+	}
+	data, err := units.APIServerLBConfigWithout(c.Inv, out...)
+	if err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	for _, h := range c.Inv.ControlPlane {
+		if !slices.Contains(out, h.Name) {
+			want[net.JoinHostPort(h.IP(), strconv.Itoa(units.APIServerPort))] = true
+		}
+	}
+	f := remote.File{Path: units.APIServerLBConfig, Mode: units.ModePublic, Owner: "root", Group: "root", Data: data}
+	if err := f.Prepare(); err != nil {
+		return err
+	}
+	return remote.ForEach(ctx, c.Inv.Workers, hostsAtOnce, func(ctx context.Context, w inventory.Host) error {
+		sh, err := c.Host(ctx, w.Name)
+		if err != nil {
+			c.logf("[control-plane] %s: not reachable, its load balancer is left as it is (%v)", w.Name, err)
+			return nil
+		}
+		if err := remote.Put(ctx, sh, f, remote.PutOptions{Cache: sumsCache}); err != nil {
+			return fmt.Errorf("%s: the load balancer's pool: %w", w.Name, err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		err = poll.Until(wctx, poll.Options{Attempt: 5 * time.Second}, func(ctx context.Context) error {
+			bs, err := c.lbBackends(ctx, w.Name)
+			if err != nil {
+				return err
+			}
+			got := map[string]bool{}
+			for _, b := range bs {
+				got[b.Address] = true
+			}
+			if !maps.Equal(got, want) {
+				return fmt.Errorf("its pool is %s, not yet %s", strings.Join(slices.Sorted(maps.Keys(got)), ", "), strings.Join(slices.Sorted(maps.Keys(want)), ", "))
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s: the load balancer did not take its new pool within 30 s: %w", w.Name, err)
+		}
+		return nil
+	})
 }

@@ -189,6 +189,8 @@ type serviceOpts struct {
 	// pods, which start together, do. Their own actions, later in the
 	// plan, find them started and wait for their health.
 	alsoStart []string
+	// note is said in the action's description, after the operations.
+	note string
 }
 
 // serviceAction returns the action that brings comp on h to enabled and
@@ -200,6 +202,9 @@ func (c *Cluster) serviceAction(h inventory.Host, sh remote.Host, sn *snapshot, 
 		return nil
 	}
 	desc := comp + ": " + strings.Join(ops, ", ")
+	if o.note != "" && kind == plan.Restart {
+		desc += " (" + o.note + ")"
+	}
 	if len(o.alsoStart) > 0 {
 		desc += " (then " + strings.Join(o.alsoStart, ", ") + ": start, as soon as it serves)"
 	}
@@ -283,6 +288,19 @@ func (c *Cluster) planControlPlane(ctx context.Context, earlier plan.Planned) ([
 					}
 					return c.leaderElected(ctx, h, comp)
 				}
+			}
+			if comp == units.APIServer && !stopped(sn, comp) && c.Inv.NodeLocalLB() {
+				// A running apiserver leaves the workers' load balancers
+				// before its restart and comes back once ready (lbPool).
+				healthy := o.wait
+				o.guard = func(ctx context.Context) error { return c.lbPool(ctx, h.Name) }
+				o.wait = func(ctx context.Context) error {
+					if err := healthy(ctx); err != nil {
+						return err
+					}
+					return c.lbPool(ctx)
+				}
+				o.note = "out of the workers' load balancers while it restarts"
 			}
 			if comp == units.APIServer && stopped(sn, comp) {
 				for _, other := range []string{units.ControllerManager, units.Scheduler} {

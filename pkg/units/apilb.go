@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 
 	"github.com/hashicorp/go-version"
@@ -89,7 +90,7 @@ func apiServerLBFlags(*inventory.Inventory, inventory.Host) []flagDef {
 		{"", "api.dashboard", "false", "no web UI: the API is enough to list the backends"},
 		{"", "ping", "true", "/ping on the traefik entry point: the health endpoint 'hardway up' waits for"},
 		{"", "providers.file.filename", APIServerLBConfig, "the router and the apiserver backends, rendered by hardway (see below)"},
-		{"", "providers.file.watch", "false", "hardway restarts the service when the file changes: no half-read file"},
+		{"", "providers.file.watch", "true", "the backends change without a restart (an apiserver leaves every worker's pool before 'hardway up' restarts it, and comes back once ready); hardway writes the file by rename, so Traefik never reads half of it"},
 		{"", "global.checkNewVersion", "false", "no call home: hardway pins the version (traefikVersion)"},
 		{"", "global.sendAnonymousUsage", "false", "no usage reports"},
 		{"", "log.level", "WARN", "the journal gets each failed health check (\"Health check failed\", with the backend's address)"},
@@ -135,6 +136,24 @@ type lbHealthCheck struct {
 
 type lbTransport struct {
 	DialTimeout string `yaml:"dialTimeout"`
+}
+
+// APIServerLBConfigWithout is the load balancer's dynamic config with the
+// backends of the control-plane hosts named in out left out: what a worker
+// runs while those apiservers restart, so that no new connection reaches
+// one that is shutting down (its /readyz already fails, yet Traefik's TCP
+// health check still finds the port open). Not a file of the manifest: a
+// later push puts the whole one back.
+func APIServerLBConfigWithout(inv *inventory.Inventory, out ...string) ([]byte, error) {
+	sub := *inv
+	sub.ControlPlane = nil
+	for _, h := range inv.ControlPlane {
+		if !slices.Contains(out, h.Name) {
+			sub.ControlPlane = append(sub.ControlPlane, h)
+		}
+	}
+	b, _, err := renderAPIServerLBConfig(&renderer{inv: &sub}, inventory.Host{})
+	return b, err
 }
 
 func renderAPIServerLBConfig(r *renderer, _ inventory.Host) ([]byte, []Setting, error) {
