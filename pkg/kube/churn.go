@@ -53,7 +53,9 @@ func RemoveCommand(name string) string {
 // with an error after timeout, naming the pods. A Node that does not exist
 // is drained. When the Node is not Ready (its kubelet is gone), pods already
 // being deleted are not waited for: no kubelet would ever confirm it, and
-// deleting the Node lets the pod garbage collector remove them.
+// deleting the Node lets the pod garbage collector remove them. Drain is
+// the one for a node that stays (kubectl's drain helper): it refuses bare
+// pods and waits for every evicted pod.
 func DrainForRemoval(ctx context.Context, cs kubernetes.Interface, name string, timeout time.Duration) error {
 	patch := []byte(`{"spec":{"unschedulable":true}}`)
 	node, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
