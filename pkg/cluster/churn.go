@@ -111,7 +111,7 @@ func (c *Cluster) removeActions(r removedWorker, nodesKnown bool) []plan.Action 
 			if err != nil {
 				return err
 			}
-			if err := kube.Drain(ctx, cs, name, drainTimeout); err != nil {
+			if err := kube.DrainForRemoval(ctx, cs, name, drainTimeout); err != nil {
 				return usererr.New(err, "fix what keeps the pods (a PodDisruptionBudget, say) and run 'hardway up' again, or remove the node by hand: "+kube.RemoveCommand(name))
 			}
 			return nil

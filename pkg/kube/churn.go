@@ -46,15 +46,17 @@ func RemoveCommand(name string) string {
 	return fmt.Sprintf("kubectl drain %s --ignore-daemonsets --delete-emptydir-data --force; on %s: systemctl disable --now kubelet kube-proxy; kubectl delete node %s", q, q, q)
 }
 
-// Drain cordons the Node and evicts its pods (DaemonSet and static pods
-// stay: they belong to the node), waiting until they are gone. Evictions go
-// through the Eviction API, so PodDisruptionBudgets are respected: one that
-// keeps refusing ends the drain with an error after timeout, naming the
-// pods. A Node that does not exist is drained. When the Node is not Ready
-// (its kubelet is gone), pods already being deleted are not waited for: no
-// kubelet would ever confirm it, and deleting the Node lets the pod garbage
-// collector remove them.
-func Drain(ctx context.Context, cs kubernetes.Interface, name string, timeout time.Duration) error {
+// DrainForRemoval cordons the Node of a worker that leaves the cluster and
+// evicts its pods (DaemonSet and static pods stay: they belong to the node),
+// waiting until they are gone. Evictions go through the Eviction API, so
+// PodDisruptionBudgets are respected: one that keeps refusing ends the drain
+// with an error after timeout, naming the pods. A Node that does not exist
+// is drained. When the Node is not Ready (its kubelet is gone), pods already
+// being deleted are not waited for: no kubelet would ever confirm it, and
+// deleting the Node lets the pod garbage collector remove them. Drain is
+// the one for a node that stays (kubectl's drain helper): it refuses bare
+// pods and waits for every evicted pod.
+func DrainForRemoval(ctx context.Context, cs kubernetes.Interface, name string, timeout time.Duration) error {
 	patch := []byte(`{"spec":{"unschedulable":true}}`)
 	node, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil {

@@ -191,7 +191,7 @@ func TestIPPoolProblems(t *testing.T) {
 	}
 }
 
-func TestStaleNodesAndDrain(t *testing.T) {
+func TestStaleNodesAndDrainForRemoval(t *testing.T) {
 	ctx := context.Background()
 	node := func(name, cidr string) corev1.Node {
 		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: cidr}}
@@ -236,7 +236,7 @@ func TestStaleNodesAndDrain(t *testing.T) {
 		l.Items = keep
 		return true, l, nil
 	})
-	if err := Drain(ctx, cs, "worker-3", 5*time.Second); err != nil {
+	if err := DrainForRemoval(ctx, cs, "worker-3", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(evicted, ",") != "default/app" {
@@ -257,7 +257,7 @@ func TestStaleNodesAndDrain(t *testing.T) {
 		t.Fatalf("pods after the Node's deletion: %v", l.Items)
 	}
 	// Gone already: nothing to do.
-	if err := Drain(ctx, cs, "worker-3", time.Second); err != nil {
+	if err := DrainForRemoval(ctx, cs, "worker-3", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if err := DeleteNode(ctx, cs, "worker-3"); err != nil {
@@ -283,7 +283,7 @@ func TestStaleNodesAndDrain(t *testing.T) {
 		refusals++
 		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 1)
 	})
-	err := Drain(ctx, cs, "worker-4", 1500*time.Millisecond)
+	err := DrainForRemoval(ctx, cs, "worker-4", 1500*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "default/guarded") || refusals < 2 {
 		t.Fatalf("drain against a PDB: %v (%d refusals)", err, refusals)
 	}
@@ -299,7 +299,7 @@ func TestStaleNodesAndDrain(t *testing.T) {
 		Spec: corev1.PodSpec{NodeName: "worker-5"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := Drain(ctx, cs, "worker-5", time.Second); err != nil {
+	if err := DrainForRemoval(ctx, cs, "worker-5", time.Second); err != nil {
 		t.Fatalf("drain of a NotReady node: %v", err)
 	}
 	if names, err := ParseNames([]byte(`{"items":[{"metadata":{"name":"b"}},{"metadata":{"name":"a"}}]}`)); err != nil || strings.Join(names, ",") != "a,b" {
