@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,41 @@ type Options struct {
 	Connect func(ctx context.Context, cfg remote.Config) (remote.Host, error)
 	// Trace is told about every command run on a host (the run log).
 	Trace func(remote.Trace)
+	// Scope narrows what push writes to some hosts and components (one
+	// phase of 'hardway upgrade apply'); nil: everything.
+	Scope *Scope
+	// Upgrading is set by 'hardway upgrade apply' for its own runs: up
+	// refuses to run while an upgrade is half-way, but an upgrade's phases
+	// are runs of up.
+	Upgrading bool
+}
+
+// Scope is the part of the cluster one upgrade phase moves.
+type Scope struct {
+	Hosts []string // only these hosts get files
+	// Components: on those hosts only the files these components read
+	// (a binary, its unit, its config); nil: every file of the host. Files
+	// no component reads (kubectl, etcdctl) wait for the last phase.
+	Components []string
+}
+
+// keeps says whether the scope lets push write f on host.
+func (s *Scope) keeps(host string, f units.File) bool {
+	if s == nil {
+		return true
+	}
+	if !slices.Contains(s.Hosts, host) {
+		return false
+	}
+	if s.Components == nil {
+		return true
+	}
+	for _, c := range f.Components {
+		if slices.Contains(s.Components, c) {
+			return true
+		}
+	}
+	return false
 }
 
 // Cluster is one inventory's cluster during one run.

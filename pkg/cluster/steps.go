@@ -46,7 +46,30 @@ func StepDocs() []plan.Step {
 }
 
 // Steps are the steps of `hardway up`, in order.
-func (c *Cluster) Steps() []plan.Step { return c.guarded(c.upSteps()) }
+func (c *Cluster) Steps() []plan.Step { return c.guarded(c.upgradeGuarded(c.upSteps())) }
+
+// upgradeGuarded makes the first step refuse while an upgrade is half-way
+// (the record in the state directory): a plain up would move every host
+// that is left at once, with no drain. The upgrade's own phases are runs
+// of up (Options.Upgrading).
+func (c *Cluster) upgradeGuarded(steps []plan.Step) []plan.Step {
+	if c.opt.Upgrading || len(steps) == 0 || steps[0].Plan == nil {
+		return steps
+	}
+	p := steps[0].Plan
+	steps[0].Plan = func(ctx context.Context, earlier plan.Planned) ([]plan.Action, error) {
+		rec, err := LoadUpgrade(c.opt.State)
+		if err != nil {
+			return nil, err
+		}
+		if rec != nil {
+			return nil, usererr.New(errors.New(rec.Summary()),
+				"'hardway upgrade apply' finishes it (it goes on where it stopped); until then up would move every host left at once, without draining the workers")
+		}
+		return p(ctx, earlier)
+	}
+	return steps
+}
 
 // upSteps are the steps of `hardway up`, before guarded wraps them.
 func (c *Cluster) upSteps() []plan.Step {
@@ -365,6 +388,19 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushS
 		if len(m.Files) == 0 {
 			return hp, nil
 		}
+	}
+	if sc := c.opt.Scope; sc != nil {
+		if !slices.Contains(sc.Hosts, h.Name) {
+			return hp, nil
+		}
+		r := *m
+		r.Files = nil
+		for _, f := range m.Files {
+			if sc.keeps(h.Name, f) {
+				r.Files = append(r.Files, f)
+			}
+		}
+		m = &r
 	}
 	sh, err := c.Host(ctx, h.Name)
 	if err != nil {

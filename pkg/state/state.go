@@ -41,6 +41,10 @@ func (d Dir) PodSubnets() string { return filepath.Join(string(d), "pod-subnets.
 // (`hardway rotate encryption-key`) while one is under way; it holds keys.
 func (d Dir) EncryptionRotation() string { return filepath.Join(string(d), "encryption-rotation.yaml") }
 
+// Upgrade records the progress of 'hardway upgrade apply' while one is
+// under way: its target, its phases and which are done.
+func (d Dir) Upgrade() string { return filepath.Join(string(d), "upgrade.yaml") }
+
 // RetiredEncryptionKeys holds every key a rotation took off the hosts: an
 // etcd backup made before the rotation needs it to decrypt its Secrets.
 func (d Dir) RetiredEncryptionKeys() string {
