@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-version"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hardway/hardway/pkg/etcd"
 	"github.com/hardway/hardway/pkg/inventory"
@@ -417,8 +418,20 @@ func (c *Cluster) checkEncryption(ctx context.Context) []verify.Result {
 }
 
 func (c *Cluster) checkVersions(ctx context.Context) []verify.Result {
-	var minors []int
 	var out []verify.Result
+	fail := func(host, msg, hint string) {
+		out = append(out, verify.Result{Check: "versions", Host: host, Status: verify.Fail, Message: msg, Hint: hint})
+	}
+	// An upgrade that stopped half-way is a failing check until it is
+	// finished: some hosts run one minor, some the next.
+	if rec, err := LoadUpgrade(c.opt.State); err != nil {
+		fail("", err.Error(), usererr.HintOf(err))
+	} else if rec != nil {
+		fail("", rec.Summary(), "'hardway upgrade apply -i "+usererr.Quote(c.Inv.Path)+"' finishes it; 'hardway upgrade plan' shows what each host runs")
+	}
+	var minors []int
+	var oldest *version.Version
+	oldestOn := ""
 	for _, h := range c.Inv.ControlPlane {
 		cs, err := c.Kube(h)
 		if err != nil {
@@ -426,7 +439,7 @@ func (c *Cluster) checkVersions(ctx context.Context) []verify.Result {
 		}
 		info, err := cs.Discovery().ServerVersion()
 		if err != nil {
-			out = append(out, verify.Result{Check: "versions", Host: h.Name, Status: verify.Fail, Message: err.Error()})
+			fail(h.Name, err.Error(), "")
 			continue
 		}
 		v, err := version.NewSemver(strings.TrimPrefix(info.GitVersion, "v"))
@@ -434,8 +447,12 @@ func (c *Cluster) checkVersions(ctx context.Context) []verify.Result {
 			continue
 		}
 		minors = append(minors, v.Segments()[1])
+		if oldest == nil || v.LessThan(oldest) {
+			oldest, oldestOn = v, h.Name
+		}
 		if c.Inv.K8s != nil && v.Segments()[1] != c.Inv.K8s.Segments()[1] {
-			out = append(out, verify.Result{Check: "versions", Host: h.Name, Status: verify.Warn, Message: fmt.Sprintf("apiserver %s, inventory %s", info.GitVersion, c.Inv.KubernetesVersion), Hint: "an upgrade in progress? 'hardway up' finishes it"})
+			out = append(out, verify.Result{Check: "versions", Host: h.Name, Status: verify.Warn, Message: fmt.Sprintf("apiserver %s, inventory %s", info.GitVersion, c.Inv.KubernetesVersion),
+				Hint: "'hardway upgrade plan --to " + c.Inv.KubernetesVersion + "' checks the move, 'hardway upgrade apply' makes it host by host (a plain up would not drain the workers)"})
 		}
 	}
 	lo, hi := 1<<30, -1
@@ -443,10 +460,35 @@ func (c *Cluster) checkVersions(ctx context.Context) []verify.Result {
 		lo, hi = min(lo, m), max(hi, m)
 	}
 	if len(minors) > 0 && hi-lo > 1 {
-		out = append(out, verify.Result{Check: "versions", Status: verify.Fail, Message: fmt.Sprintf("apiservers span 1.%d to 1.%d", lo, hi), Hint: "HA apiservers must be within one minor: upgrade one minor at a time"})
+		fail("", fmt.Sprintf("apiservers span 1.%d to 1.%d", lo, hi), "HA apiservers must be within one minor: upgrade one minor at a time")
+	}
+	// The kubelets that registered, against the oldest apiserver: the
+	// version-skew policy's rule for nodes.
+	if oldest != nil && len(c.Inv.Workers) > 0 {
+		if cs, err := c.kubeClient(); err == nil {
+			if nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+				for _, n := range nodes.Items {
+					kv, err := version.NewSemver(strings.TrimPrefix(n.Status.NodeInfo.KubeletVersion, "v"))
+					if err != nil {
+						continue
+					}
+					switch {
+					case minorOf(kv) > minorOf(oldest):
+						fail(n.Name, fmt.Sprintf("kubelet %s is newer than the oldest apiserver (v%s on %s)", n.Status.NodeInfo.KubeletVersion, oldest, oldestOn),
+							"a kubelet may not be newer than any apiserver: upgrade the control plane first ('hardway upgrade apply'), or put the kubelet back")
+					case minorOf(oldest)-minorOf(kv) > 3:
+						fail(n.Name, fmt.Sprintf("kubelet %s is more than three minors older than the apiservers (v%s)", n.Status.NodeInfo.KubeletVersion, oldest),
+							"upgrade the workers ('hardway upgrade apply') before the control plane moves further")
+					}
+				}
+			}
+		}
 	}
 	if len(out) == 0 {
 		out = append(out, verify.Result{Check: "versions", Status: verify.Pass, Message: fmt.Sprintf("%d apiservers on %s", len(minors), c.Inv.KubernetesVersion)})
 	}
 	return out
 }
+
+// minorOf is the minor of a 1.x version.
+func minorOf(v *version.Version) int { return v.Segments()[1] }
