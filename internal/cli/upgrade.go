@@ -23,15 +23,17 @@ import (
 func (a *App) newUpgradeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "upgrade",
-		Short: "Plan a Kubernetes upgrade, one minor at a time",
+		Short: "Plan and apply a Kubernetes upgrade, one minor at a time",
 		Long: `upgrade moves a running cluster to a newer Kubernetes, one minor at a time.
 
 'hardway upgrade plan' reads what the hosts run and says whether the move is
-possible; it changes nothing.`,
+possible; it changes nothing. 'hardway upgrade apply' takes a backup, then
+moves etcd, each apiserver, the controllers and each worker (drained) in
+turn, and can be run again to go on after a failure or a kill.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(a.newUpgradePlanCmd())
+	cmd.AddCommand(a.newUpgradePlanCmd(), a.newUpgradeApplyCmd())
 	return cmd
 }
 
