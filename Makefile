@@ -22,8 +22,13 @@ lint: setup
 
 # etcd and Kubernetes built from source through the Go module proxy, laid out
 # like the official download sites. Cold ~15-30 min on 2 cores; warm: seconds.
+# The upgrade test (tests/e2e/upgrade_test.go) starts a cluster on the minor before the
+# default: only its Kubernetes binaries are built (etcd, the worker parts and the images
+# are the default's, which that minor runs too).
+export HARDWAY_PREVIOUS_K8S ?= v1.35.4
 mirror: setup
 	bash hack/mirror/build.sh
+	K8S_VERSION=$(HARDWAY_PREVIOUS_K8S) bash hack/mirror/build.sh kubernetes
 
 # Unit tests (with the race detector), the real-sshd tests (as root), real etcd, and the rendered
 # flags checked against the real binaries' --help.
