@@ -6,7 +6,7 @@ GO     ?= go
 BIN    := bin/hardway
 export HARDWAY_MIRROR ?= /var/tmp/hardway/mirror
 
-.PHONY: build setup lint mirror unit e2e test demo bench bench-up bench-scale bench-backup fuzz clean
+.PHONY: build setup lint mirror unit e2e test demo bench bench-up bench-scale bench-backup bench-upgrade fuzz clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/hardway
@@ -73,6 +73,11 @@ bench-scale: setup build mirror
 
 bench-backup: setup build mirror
 	bash hack/bench-backup.sh
+
+# The upgrade's figures: a 3 + 2 lab moved from the previous minor to the default under the
+# pollers of tests/e2e/upgrade_test.go: control plane and workers, the longest /readyz poll (root).
+bench-upgrade: setup build mirror
+	@$(GO) test -count=1 -timeout 45m -v -run '^TestUpgrade$$' ./tests/e2e/ 2>&1 | tee /tmp/hardway-bench-upgrade.log | grep -E 'FIGURE|poller on|^(--- |ok|FAIL)'; exit $${PIPESTATUS[0]}
 
 clean:
 	rm -rf bin

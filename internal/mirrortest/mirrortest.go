@@ -33,6 +33,16 @@ const (
 	PauseImage = "registry.k8s.io/pause:3.10.2" // images/pause-3.10.2.tar
 )
 
+// PreviousKubernetes is the minor before Kubernetes whose binaries the
+// mirror also holds (the Makefile's HARDWAY_PREVIOUS_K8S): the upgrade
+// test starts there.
+func PreviousKubernetes() string {
+	if v := os.Getenv("HARDWAY_PREVIOUS_K8S"); v != "" {
+		return v
+	}
+	return "v1.35.4"
+}
+
 // Dir is $HARDWAY_MIRROR or /var/tmp/hardway/mirror.
 func Dir() string {
 	if d := os.Getenv("HARDWAY_MIRROR"); d != "" {
@@ -54,7 +64,13 @@ func missing(t testing.TB, format string, args ...any) {
 // sha256 matched the published .sha256.
 func KubeBinary(t testing.TB, name string) string {
 	t.Helper()
-	p := filepath.Join(Dir(), "kubernetes", "release", Kubernetes, "bin", "linux", runtime.GOARCH, name)
+	return KubeBinaryAt(t, Kubernetes, name)
+}
+
+// KubeBinaryAt is KubeBinary of another version the mirror holds.
+func KubeBinaryAt(t testing.TB, version, name string) string {
+	t.Helper()
+	p := filepath.Join(Dir(), "kubernetes", "release", version, "bin", "linux", runtime.GOARCH, name)
 	if _, err := os.Stat(p); err != nil {
 		missing(t, "no %s in the release mirror (%s)", name, p)
 	}

@@ -27,14 +27,23 @@ const (
 // --help (pflag hides deprecated flags from it), etcd's text does not call
 // it deprecated, and the binary parses the whole rendered command line
 // (types, feature-gate names) before printing help.
+//
+// Both Kubernetes versions the mirror holds: the default, and the minor
+// before it that the upgrade test starts from.
 func TestFlagsAgainstRealBinaries(t *testing.T) {
-	inv := newInventory(t, mirrorK8s, mirrorEtcd)
+	for _, k8s := range []string{mirrorK8s, mirrortest.PreviousKubernetes()} {
+		t.Run(k8s, func(t *testing.T) { flagsAgainstRealBinaries(t, k8s) })
+	}
+}
+
+func flagsAgainstRealBinaries(t *testing.T, k8s string) {
+	inv := newInventory(t, k8s, mirrorEtcd)
 	ms, err := render(t, inv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A container-host worker renders every worker flag there is.
-	wms, err := render(t, workerInventory(t, mirrorK8s, "", true))
+	wms, err := render(t, workerInventory(t, k8s, "", true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +57,7 @@ func TestFlagsAgainstRealBinaries(t *testing.T) {
 			if len(m.Flags[c]) == 0 {
 				t.Fatalf("%s: no flags rendered", c)
 			}
-			bin := realBinary(t, c)
+			bin := realBinaryAt(t, k8s, c)
 			for _, p := range checkFlags(t, bin, c, m.Flags[c]) {
 				t.Error(p)
 			}
@@ -226,8 +235,14 @@ func firstLines(s string, n int) string {
 // against its published digest (internal/mirrortest).
 func realBinary(t *testing.T, c string) string {
 	t.Helper()
+	return realBinaryAt(t, mirrorK8s, c)
+}
+
+// realBinaryAt is c's binary at Kubernetes k8s (etcd: the mirror's one).
+func realBinaryAt(t *testing.T, k8s, c string) string {
+	t.Helper()
 	if c == Etcd {
 		return filepath.Join(mirrortest.EtcdBinaries(t, "etcd"), "etcd")
 	}
-	return mirrortest.KubeBinary(t, c)
+	return mirrortest.KubeBinaryAt(t, k8s, c)
 }

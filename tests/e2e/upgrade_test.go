@@ -29,15 +29,6 @@ import (
 // The first apply is killed by its PID during the second worker; the next
 // one finishes.
 
-// previousKubernetes is the minor before the default that the mirror
-// provides (Makefile: HARDWAY_PREVIOUS_K8S).
-func previousKubernetes() string {
-	if v := os.Getenv("HARDWAY_PREVIOUS_K8S"); v != "" {
-		return v
-	}
-	return "v1.35.4"
-}
-
 const upgradeWorkload = `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: web}
@@ -242,7 +233,7 @@ func TestUpgrade(t *testing.T) {
 	sideBySide(t)
 	labtest.RequireRoot(t)
 	mirror := mirrortest.Dir()
-	from, to := previousKubernetes(), mirrortest.Kubernetes
+	from, to := mirrortest.PreviousKubernetes(), mirrortest.Kubernetes
 	for _, p := range []string{"kubernetes/release/" + from + "/bin/linux/amd64/kube-apiserver", "kubernetes/release/" + to + "/bin/linux/amd64/kubelet", "images/SHA256SUMS"} {
 		if _, err := os.Stat(filepath.Join(mirror, p)); err != nil {
 			t.Fatalf("the release mirror lacks %s: run 'make mirror' (%v)", p, err)
@@ -289,7 +280,7 @@ func TestUpgrade(t *testing.T) {
 		}
 	})
 
-	t.Run("a skipped minor and a kubelet newer than the apiservers are refused, and no host changes", func(t *testing.T) {
+	t.Run("a skipped minor, a kubelet newer than the apiservers and an etcd below the patch floor are refused, and no host changes", func(t *testing.T) {
 		e.t = t
 		cp, workers := e.world(), e.workerWorld()
 		code, out, errs := e.hardway("upgrade", "plan", "--to", "1.37", "--offline")
@@ -322,6 +313,22 @@ func TestUpgrade(t *testing.T) {
 			t.Errorf("plan with a newer kubelet: exit %d\n%s\n%s", code, out, errs)
 		}
 		e.unchanged(t, "a refused newer kubelet", cp, workers)
+
+		// controller-2's etcd answering --version as a 3.5 below the floor
+		// (a script renamed in for the plan's read; etcd keeps running its
+		// own binary), then put back.
+		if out, err := e.ssh("controller-2", `set -e; mv /usr/local/bin/etcd /root/etcd.keep; printf '#!/bin/sh\necho "etcd Version: 3.5.24"\n' > /usr/local/bin/.etcd.new; chmod 755 /usr/local/bin/.etcd.new; mv /usr/local/bin/.etcd.new /usr/local/bin/etcd`); err != nil {
+			t.Fatalf("put the old etcd version: %v %s", err, out)
+		}
+		code, out, errs = e.hardway("upgrade", "plan", "--to", "1.36", "--offline")
+		if out2, err := e.ssh("controller-2", "mv -f /root/etcd.keep /usr/local/bin/etcd"); err != nil {
+			t.Fatalf("put etcd back: %v %s", err, out2)
+		}
+		if code != 1 || !strings.Contains(out, "blocked: etcd-patch-floor: etcd on controller-2 runs v3.5.24; moving to 3.6 needs v3.5.26 or later first") ||
+			!strings.Contains(out, "set etcdVersion: v3.5.26") {
+			t.Errorf("plan with an etcd below the floor: exit %d\n%s\n%s", code, out, errs)
+		}
+		e.unchanged(t, "a refused etcd below the floor", cp, workers)
 	})
 
 	t.Run("upgrade plan shows every component moving and passes", func(t *testing.T) {
