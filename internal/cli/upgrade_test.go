@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -84,6 +86,35 @@ func TestUpgradePlanUsage(t *testing.T) {
 	}
 	code, out, _ := run(t, "upgrade", "plan", "--help")
 	if code != 0 || !strings.Contains(out, "etcd-patch-floor") || !strings.Contains(out, "Example:") {
+		t.Errorf("--help: %d\n%s", code, out)
+	}
+}
+
+// apply's usage errors stop before the inventory is read; a missing
+// backup passphrase stops before any host is asked.
+func TestUpgradeApplyUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"upgrade", "apply", "--to", "1.x", "-i", "/nonexistent/inventory.yaml"},
+		{"upgrade", "apply", "-o", "yaml", "-i", "/nonexistent/inventory.yaml"},
+		{"upgrade", "apply", "--drain-timeout", "0s", "-i", "/nonexistent/inventory.yaml"},
+		{"upgrade", "apply", "extra"},
+	} {
+		if code, _, stderr := run(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, %s", args, code, stderr)
+		}
+	}
+	dir := t.TempDir()
+	inv := filepath.Join(dir, "inventory.yaml")
+	if err := os.WriteFile(inv, []byte("controlPlane:\n  - {name: c1, address: 192.0.2.1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HARDWAY_BACKUP_PASSPHRASE", "")
+	code, _, stderr := run(t, "upgrade", "apply", "-i", inv, "--to", "1.37")
+	if code != 2 || !strings.Contains(stderr, "takes a backup first") || !strings.Contains(stderr, "--no-backup") {
+		t.Errorf("no passphrase: exit %d\n%s", code, stderr)
+	}
+	code, out, _ := run(t, "upgrade", "apply", "--help")
+	if code != 0 || !strings.Contains(out, "followers first, the leader last") || !strings.Contains(out, "upgrade.yaml") {
 		t.Errorf("--help: %d\n%s", code, out)
 	}
 }

@@ -22,8 +22,11 @@ type WorkerVersions struct {
 
 // workerTable is the tested worker components per Kubernetes minor. 1.36 was
 // run end to end (pods, cross-node traffic, Services, logs, exec) with these
-// exact versions; other minors get the nearest row and a warning.
+// exact versions, and 1.35 with the same ones (the upgrade test's cluster
+// before and during its move to 1.36); other minors get the nearest row
+// and a warning.
 var workerTable = map[int]WorkerVersions{
+	35: {Containerd: "v2.4.2", Runc: "v1.5.3", CNIPlugins: "v1.10.0", Crictl: "v1.37.0", Traefik: "v3.7.13"},
 	36: {Containerd: "v2.4.2", Runc: "v1.5.3", CNIPlugins: "v1.10.0", Crictl: "v1.37.0", Traefik: "v3.7.13"},
 }
 

@@ -429,6 +429,7 @@ func TestUpgrade(t *testing.T) {
 			t.Fatalf("the second apply: %v\n%s\nthe first:\n%s", err, out2, first.String())
 		}
 		took := time.Since(start)
+		t.Logf("the first apply, killed:\n%s\nthe second:\n%s", first.String(), out2)
 		for _, p := range pollers {
 			p.stop()
 		}
