@@ -35,8 +35,9 @@ mirror: setup
 unit: setup mirror
 	$(GO) test -race -count=1 -timeout 30m ./pkg/... ./internal/... .
 
-# Real hosts (systemd-nspawn + systemd + sshd) and real binaries, as root. TestControlPlane and
-# TestWorkers run side by side (own lab prefixes and /24s): 17 min instead of 24 on 2 cores.
+# Real hosts (systemd-nspawn + systemd + sshd) and real binaries, as root. TestControlPlane,
+# TestEtcdCA, TestWorkers and TestUpgrade run side by side, two at a time (own lab prefixes
+# and /24s).
 # The summary lines go to the terminal; on a failure, every failing test's whole message too (the
 # lines under each `_test.go:` line of a test that failed), since CI keeps only what was printed.
 e2e: setup build mirror
