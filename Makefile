@@ -6,7 +6,7 @@ GO     ?= go
 BIN    := bin/hardway
 export HARDWAY_MIRROR ?= /var/tmp/hardway/mirror
 
-.PHONY: build setup lint mirror unit e2e test demo bench bench-up bench-scale bench-backup bench-upgrade fuzz clean
+.PHONY: build setup lint mirror unit e2e test demo bench bench-up bench-scale bench-backup bench-upgrade conformance-build fuzz clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/hardway
@@ -55,6 +55,11 @@ test: setup build
 
 demo: setup build
 	bash hack/lab-demo.sh
+
+# The upstream conformance suite's binaries (e2e.test, ginkgo), built from the mirror's
+# Kubernetes source release; not part of `make mirror` (a cold build takes long on 2 cores).
+conformance-build: setup mirror
+	bash hack/conformance/build.sh
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./pkg/inventory/
