@@ -5,6 +5,11 @@
 //	mkimage -name registry.k8s.io/pause:3.10.2 -arch amd64 -created 2026-01-01T00:00:00Z \
 //	  -entrypoint /pause -file ./pause:/pause -o pause.tar
 //
+// With -rootfs DIR the layer is a whole directory tree instead (directories,
+// files and symbolic links with their modes and owners; device nodes and
+// sockets are left out: the runtime makes /dev), and -file adds to it: the
+// conformance suite's images (hack/conformance/images.sh).
+//
 // The output is reproducible: layer entries are sorted and carry the
 // -created time, owner 0, and modes taken from the file (0755 or 0644);
 // the config's created time is -created too. The same inputs give the
@@ -17,10 +22,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -41,18 +49,20 @@ func main() {
 	arch := flag.String("arch", "amd64", "image architecture (os is linux)")
 	created := flag.String("created", "", "RFC 3339 time for the config and every layer entry")
 	ep := flag.String("entrypoint", "", "entrypoint, arguments separated by commas")
+	cmd := flag.String("cmd", "", "default arguments (the image's Cmd), separated by commas")
+	rootfs := flag.String("rootfs", "", "a directory tree to put in the layer as /")
 	out := flag.String("o", "", "output tarball")
 	flag.Var(&files, "file", "SRC:DEST, a file to put in the layer at the absolute path DEST (repeatable)")
 	flag.Parse()
-	if err := run(*ref, *arch, *created, *ep, *out, files); err != nil {
+	if err := run(*ref, *arch, *created, *ep, *cmd, *rootfs, *out, files); err != nil {
 		fmt.Fprintln(os.Stderr, "mkimage:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ref, arch, created, ep, out string, files []string) error {
-	if ref == "" || out == "" || ep == "" || len(files) == 0 || created == "" {
-		return fmt.Errorf("-name, -created, -entrypoint, -o and at least one -file are required")
+func run(ref, arch, created, ep, cmd, rootfs, out string, files []string) error {
+	if ref == "" || out == "" || (ep == "" && cmd == "") || (len(files) == 0 && rootfs == "") || created == "" {
+		return fmt.Errorf("-name, -created, -entrypoint or -cmd, -o and -rootfs or at least one -file are required")
 	}
 	tag, err := name.NewTag(ref, name.StrictValidation)
 	if err != nil {
@@ -63,7 +73,7 @@ func run(ref, arch, created, ep, out string, files []string) error {
 		return fmt.Errorf("-created: %w", err)
 	}
 	t = t.UTC()
-	data, err := layerTar(files, t)
+	data, err := layerTar(rootfs, files, t)
 	if err != nil {
 		return err
 	}
@@ -85,7 +95,12 @@ func run(ref, arch, created, ep, out string, files []string) error {
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", arch
 	cf.Created = v1.Time{Time: t}
-	cf.Config.Entrypoint = strings.Split(ep, ",")
+	if ep != "" {
+		cf.Config.Entrypoint = strings.Split(ep, ",")
+	}
+	if cmd != "" {
+		cf.Config.Cmd = strings.Split(cmd, ",")
+	}
 	cf.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return err
@@ -101,14 +116,62 @@ func run(ref, arch, created, ep, out string, files []string) error {
 	return nil
 }
 
-// layerTar is the layer: each DEST with its parent directories, sorted, with
-// fixed times and owners.
-func layerTar(files []string, t time.Time) ([]byte, error) {
+// layerTar is the layer: the rootfs tree (if any) and each DEST with its
+// parent directories, sorted, with fixed times; owners 0 unless the tree
+// says otherwise.
+func layerTar(rootfs string, files []string, t time.Time) ([]byte, error) {
 	type entry struct {
-		src  string
-		mode int64
+		src      string
+		mode     int64
+		link     string // a symbolic link's target
+		uid, gid int
 	}
 	entries := map[string]entry{} // path inside the layer, no leading slash; dirs end in /
+	if rootfs != "" {
+		err := filepath.WalkDir(rootfs, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, err := filepath.Rel(rootfs, p)
+			if err != nil || rel == "." {
+				return err
+			}
+			rel = filepath.ToSlash(rel)
+			info, err := os.Lstat(p)
+			if err != nil {
+				return err
+			}
+			e := entry{mode: int64(info.Mode().Perm())}
+			if info.Mode()&fs.ModeSetuid != 0 {
+				e.mode |= 0o4000
+			}
+			if info.Mode()&fs.ModeSetgid != 0 {
+				e.mode |= 0o2000
+			}
+			if info.Mode()&fs.ModeSticky != 0 {
+				e.mode |= 0o1000
+			}
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				e.uid, e.gid = int(st.Uid), int(st.Gid)
+			}
+			switch {
+			case info.IsDir():
+				entries[rel+"/"] = e
+			case info.Mode()&fs.ModeSymlink != 0:
+				if e.link, err = os.Readlink(p); err != nil {
+					return err
+				}
+				entries[rel] = e
+			case info.Mode().IsRegular():
+				e.src = p
+				entries[rel] = e
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("-rootfs: %w", err)
+		}
+	}
 	for _, f := range files {
 		src, dest, ok := strings.Cut(f, ":")
 		if !ok || !path.IsAbs(dest) || path.Clean(dest) != dest || dest == "/" {
@@ -128,7 +191,9 @@ func layerTar(files []string, t time.Time) ([]byte, error) {
 		rel := strings.TrimPrefix(dest, "/")
 		entries[rel] = entry{src: src, mode: mode}
 		for d := path.Dir(rel); d != "."; d = path.Dir(d) {
-			entries[d+"/"] = entry{mode: 0o755}
+			if _, ok := entries[d+"/"]; !ok {
+				entries[d+"/"] = entry{mode: 0o755}
+			}
 		}
 	}
 	names := make([]string, 0, len(entries))
@@ -140,7 +205,14 @@ func layerTar(files []string, t time.Time) ([]byte, error) {
 	tw := tar.NewWriter(&buf)
 	for _, n := range names {
 		e := entries[n]
-		h := &tar.Header{Name: n, Mode: e.mode, ModTime: t, Uid: 0, Gid: 0, Format: tar.FormatPAX}
+		h := &tar.Header{Name: n, Mode: e.mode, ModTime: t, Uid: e.uid, Gid: e.gid, Format: tar.FormatPAX}
+		if e.link != "" {
+			h.Typeflag, h.Linkname = tar.TypeSymlink, e.link
+			if err := tw.WriteHeader(h); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if strings.HasSuffix(n, "/") {
 			h.Typeflag = tar.TypeDir
 			if err := tw.WriteHeader(h); err != nil {

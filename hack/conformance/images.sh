@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# hack/conformance/images.sh: the images the conformance suite's pods run, made here with no
+# registry, as docker-archive tarballs under their upstream names (a worker imports them into
+# containerd, as it does pause and CoreDNS; the pods' IfNotPresent pull then finds them):
+#
+#   $MIRROR/conformance-images/<name>.tar + SHA256SUMS
+#
+#   registry.k8s.io/e2e-test-images/agnhost:2.63.0 and :2.55   agnhost built from the Kubernetes
+#       source release (test/images/agnhost) on a Debian rootfs with the tools the upstream image
+#       adds (dig/nslookup, curl, nc, ip, iperf, bash), its test user and group, and /coredns
+#   registry.k8s.io/e2e-test-images/busybox:1.37.0-1 and :1.36.1-1   Debian's static busybox
+#       with every applet linked in /bin (Debian's own release of busybox, not upstream's 1.37)
+#   registry.k8s.io/e2e-test-images/nginx:1.15-4 and :1.27-0   Debian's nginx serving on :80
+#   registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0   the Debian rootfs (glibc's resolver)
+#
+# Cached per image; the Debian rootfs is debootstrapped once (from the machine's own apt
+# configuration). Needs root (debootstrap). This is a development tool, not part of hardway.
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-v1.36.3}
+AGNHOST_VERSION=${AGNHOST_VERSION:-2.63.0}
+COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
+GOARCH=${GOARCH:-$(go env GOARCH)}
+MIRROR=${HARDWAY_MIRROR:-/var/tmp/hardway/mirror}
+WORK=${HARDWAY_MIRROR_WORK:-$(dirname "$MIRROR")/mirror-work}
+OUT=$MIRROR/conformance-images
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+CREATED=2026-01-01T00:00:00Z
+export GOWORK=off GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-buildvcs=false"
+
+log() { echo "[conformance-images $(date +%T)] $*" >&2; }
+die() { echo "conformance-images: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "needs root (debootstrap)"
+mkdir -p "$OUT" "$WORK/conformance-images"
+w=$WORK/conformance-images
+
+# The machine's Debian source: deb822 first, then the one-line form.
+apt_source() {
+  local f uri suite
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    uri=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' "$f" | head -1)
+    suite=$(sed -n 's/^Suites: *\([^ ]*\).*/\1/p' "$f" | head -1)
+    [ -n "$uri" ] && [ -n "$suite" ] && { echo "$uri $suite"; return; }
+  done
+  awk '$1 == "deb" { print $2, $3; exit }' /etc/apt/sources.list 2>/dev/null
+}
+
+(cd "$TOP" && go build -trimpath -o "$w/mkimage" ./hack/mirror/mkimage)
+
+# image NAME FILE MKIMAGE-ARGS...: make FILE (under $OUT) unless it is there
+image() {
+  local name=$1 file=$2; shift 2
+  if [ -s "$OUT/$file" ]; then log "$name: cached"; return; fi
+  "$w/mkimage" -name "$name" -arch "$GOARCH" -created "$CREATED" "$@" -o "$OUT/.$file.tmp" >&2
+  mv -f "$OUT/.$file.tmp" "$OUT/$file"
+}
+
+# --- the Debian rootfs with the tools
+rootfs=$w/debian-tools
+if [ ! -e "$rootfs/.done" ]; then
+  read -r uri suite < <(apt_source) || die "no Debian source in the apt configuration"
+  log "debootstrap $suite (minbase + tools) into $rootfs"
+  rm -rf "$rootfs"
+  debootstrap --variant=minbase --include=bind9-dnsutils,curl,netcat-openbsd,iproute2,iperf,bash,util-linux,procps,nginx-light,ca-certificates \
+    "$suite" "$rootfs" "$uri" > "$w/debootstrap.log" 2>&1 || die "debootstrap failed: see $w/debootstrap.log"
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/dev/* "$rootfs"/proc/* "$rootfs"/sys/*
+  # agnhost's user and group, as its Dockerfile adds them
+  chroot "$rootfs" sh -c 'groupadd -g 50000 group-defined-in-image && useradd -u 1000 -M -s /bin/sh user-defined-in-image && usermod -aG group-defined-in-image user-defined-in-image'
+  mkdir -p "$rootfs/uploads"
+  # nginx in the foreground, on :80, as the upstream image; its default page
+  printf 'Welcome to nginx!\n' > "$rootfs/var/www/html/index.html"
+  touch "$rootfs/.done"
+fi
+
+# --- agnhost, from the Kubernetes source release
+agn=$w/agnhost-$K8S_VERSION
+if [ ! -x "$agn" ]; then
+  tw=$WORK/kubernetes-test-$K8S_VERSION
+  [ -s "$tw/go.mod" ] || die "run hack/conformance/build.sh first (it writes the module $tw)"
+  log "agnhost $AGNHOST_VERSION from k8s.io/kubernetes@$K8S_VERSION"
+  (cd "$tw" && go get "k8s.io/kubernetes/test/images/agnhost@$K8S_VERSION") >&2
+  (cd "$tw" && GOOS=linux GOARCH=$GOARCH go build -trimpath -ldflags "-s -w -X main.Version=$AGNHOST_VERSION" -o "$agn" k8s.io/kubernetes/test/images/agnhost) >&2
+fi
+mod=$(cd "$WORK" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p' | head -1)
+coredns_tgz=$MIRROR/coredns/$COREDNS_VERSION/coredns_${COREDNS_VERSION#v}_linux_$GOARCH.tgz
+[ -s "$coredns_tgz" ] || die "no $coredns_tgz: run make mirror"
+tar -xzf "$coredns_tgz" -C "$w" coredns
+
+agnhost_args=(-rootfs "$rootfs" -entrypoint /agnhost -cmd pause -file "$agn:/agnhost" -file "$agn:/agnhost-2"
+  -file "$w/coredns:/coredns" -file "$mod/test/images/agnhost/porter/localhost.crt:/localhost.crt"
+  -file "$mod/test/images/agnhost/porter/localhost.key:/localhost.key")
+image "registry.k8s.io/e2e-test-images/agnhost:$AGNHOST_VERSION" "agnhost-$AGNHOST_VERSION.tar" "${agnhost_args[@]}"
+image registry.k8s.io/e2e-test-images/agnhost:2.55 agnhost-2.55.tar "${agnhost_args[@]}"
+image registry.k8s.io/e2e-test-images/nginx:1.15-4 nginx-1.15-4.tar -rootfs "$rootfs" -entrypoint "/usr/sbin/nginx,-g,daemon off;"
+image registry.k8s.io/e2e-test-images/nginx:1.27-0 nginx-1.27-0.tar -rootfs "$rootfs" -entrypoint "/usr/sbin/nginx,-g,daemon off;"
+image registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0 glibc-dns-testing-2.0.0.tar -rootfs "$rootfs" -cmd /bin/sh
+
+# --- busybox: Debian's static build, every applet a link
+bb=$w/busybox-root
+if [ ! -x "$bb/bin/busybox" ]; then
+  log "busybox-static from Debian"
+  rm -rf "$w/bbdeb" "$bb"; mkdir -p "$w/bbdeb" "$bb/bin" "$bb/etc" "$bb/tmp" "$bb/root"
+  (cd "$w/bbdeb" && apt-get download busybox-static >/dev/null 2>&1) || die "apt-get download busybox-static failed"
+  dpkg-deb -x "$w"/bbdeb/busybox-static_*.deb "$w/bbdeb/x"
+  install -m 0755 "$w/bbdeb/x/bin/busybox" "$bb/bin/busybox"
+  for a in $("$bb/bin/busybox" --list); do [ "$a" = busybox ] || ln -sf busybox "$bb/bin/$a"; done
+  chmod 1777 "$bb/tmp"
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$bb/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' > "$bb/etc/group"
+fi
+image registry.k8s.io/e2e-test-images/busybox:1.37.0-1 busybox-1.37.0-1.tar -rootfs "$bb" -cmd sh
+image registry.k8s.io/e2e-test-images/busybox:1.36.1-1 busybox-1.36.1-1.tar -rootfs "$bb" -cmd sh
+
+(cd "$OUT" && sha256sum -- *.tar | sed 's/ \*/  /') > "$OUT/.SHA256SUMS.tmp" && mv -f "$OUT/.SHA256SUMS.tmp" "$OUT/SHA256SUMS"
+log "images in $OUT:"
+cat "$OUT/SHA256SUMS" >&2
