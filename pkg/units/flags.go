@@ -210,6 +210,10 @@ func apiserverFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		{"", "requestheader-extra-headers-prefix", "X-Remote-Extra-", "aggregation layer: extra-attribute header prefix (kubeadm's value)"},
 		{"", "proxy-client-cert-file", FrontProxyClientCert, "certificate the apiserver presents to extension apiservers (metrics-server)"},
 		{"", "proxy-client-key-file", FrontProxyClientKey, "key of the front-proxy client certificate"},
+		// The conformance suite's admission-webhook tests timed out
+		// without it: the apiserver dialled the webhook Service's ClusterIP,
+		// which only kube-proxy makes reachable.
+		{"", "enable-aggregator-routing", "true", "the control-plane hosts run no kube-proxy, so a Service's ClusterIP leads nowhere there: admission webhooks, CRD conversion webhooks and extension apiservers are reached at their endpoints' pod IPs, which the pod routes carry"},
 		// Without it a restart waits the whole 60 s shutdown timeout for the
 		// watches of every client (kubelets, controllers, CoreDNS) on HTTP/2
 		// connections, which never end by themselves: each host of a rolling
