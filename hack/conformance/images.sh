@@ -8,8 +8,8 @@
 #   registry.k8s.io/e2e-test-images/agnhost:2.63.0 and :2.55   agnhost built from the Kubernetes
 #       source release (test/images/agnhost) on a Debian rootfs with the tools the upstream image
 #       adds (dig/nslookup, curl, nc, ip, iperf, bash), its test user and group, and /coredns
-#   registry.k8s.io/e2e-test-images/busybox:1.37.0-1 and :1.36.1-1   Debian's static busybox
-#       with every applet linked in /bin (Debian's own release of busybox, not upstream's 1.37)
+#   registry.k8s.io/e2e-test-images/busybox:1.37.0-1 and :1.36.1-1   Debian's static busybox 1.37
+#       (from trixie, through apt) with every applet linked in /bin
 #   registry.k8s.io/e2e-test-images/nginx:1.15-4 and :1.27-0   Debian's nginx serving on :80
 #   registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0   the Debian rootfs (glibc's resolver)
 #
@@ -20,6 +20,7 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-v1.36.3}
 AGNHOST_VERSION=${AGNHOST_VERSION:-2.63.0}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
+BUSYBOX_SUITE=${BUSYBOX_SUITE:-trixie}
 GOARCH=${GOARCH:-$(go env GOARCH)}
 MIRROR=${HARDWAY_MIRROR:-/var/tmp/hardway/mirror}
 WORK=${HARDWAY_MIRROR_WORK:-$(dirname "$MIRROR")/mirror-work}
@@ -101,9 +102,21 @@ bb=$w/busybox-root
 if [ ! -x "$bb/bin/busybox" ]; then
   log "busybox-static from Debian"
   rm -rf "$w/bbdeb" "$bb"; mkdir -p "$w/bbdeb" "$bb/bin" "$bb/etc" "$bb/tmp" "$bb/root"
-  (cd "$w/bbdeb" && apt-get download busybox-static >/dev/null 2>&1) || die "apt-get download busybox-static failed"
+  # From the Debian release that has upstream's 1.37 (the suite's image): bookworm's 1.35 ash
+  # drops environment variables whose names are not shell names ("data-1"), which a Secrets
+  # test prints with 'sh -c env'. apt itself fetches it, with its own signature checks.
+  read -r uri _ < <(apt_source) || die "no Debian source in the apt configuration"
+  a=$w/apt-$BUSYBOX_SUITE
+  mkdir -p "$a/lists/partial" "$a/cache/archives/partial"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $BUSYBOX_SUITE main" > "$a/sources.list"
+  aptopts=(-o "Dir::Etc::SourceList=$a/sources.list" -o Dir::Etc::SourceParts=/nonexistent -o "Dir::State::Lists=$a/lists" -o "Dir::Cache=$a/cache")
+  chown -R _apt "$a" "$w/bbdeb" 2>/dev/null || true # apt downloads as _apt where it can
+  apt-get "${aptopts[@]}" update >/dev/null || die "apt-get update for $BUSYBOX_SUITE failed"
+  (cd "$w/bbdeb" && apt-get "${aptopts[@]}" download "busybox-static:$GOARCH" >/dev/null) || die "apt-get download busybox-static ($BUSYBOX_SUITE) failed"
   dpkg-deb -x "$w"/bbdeb/busybox-static_*.deb "$w/bbdeb/x"
-  install -m 0755 "$w/bbdeb/x/bin/busybox" "$bb/bin/busybox"
+  # trixie has merged /usr: the binary is usr/bin/busybox there, bin/busybox before
+  src=$w/bbdeb/x/usr/bin/busybox; [ -x "$src" ] || src=$w/bbdeb/x/bin/busybox
+  install -m 0755 "$src" "$bb/bin/busybox"
   for a in $("$bb/bin/busybox" --list); do [ "$a" = busybox ] || ln -sf busybox "$bb/bin/$a"; done
   chmod 1777 "$bb/tmp"
   printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$bb/etc/passwd"
