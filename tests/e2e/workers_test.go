@@ -362,24 +362,35 @@ spec:
   containers: [{name: pause, image: ` + pauseImage + `, imagePullPolicy: Never}]
 `)
 		deadline = time.Now().Add(3 * time.Minute)
-		var f []string
+		// Every failure but worker-2's is unexpected. One verify may still
+		// catch a transient of the lost-controller scenario before this one
+		// (an apiserver's etcd connection to the host that was powered off
+		// reset once): only an unexpected failure that lasts fails the test.
+		unexpected := func(f []string) []string {
+			var out []string
+			for _, l := range f {
+				if !strings.Contains(l, "worker-2") && !strings.Contains(l, "nodes/pending") {
+					out = append(out, l)
+				}
+			}
+			return out
+		}
 		for {
-			f = failures(e.verify())
+			f := failures(e.verify())
 			all := strings.Join(f, "\n")
-			if strings.Contains(all, "worker/node worker-2: Node not Ready: CNI config missing") &&
+			expected := strings.Contains(all, "worker/node worker-2: Node not Ready: CNI config missing") &&
 				strings.Contains(all, "worker/cri worker-2: CNI config missing") &&
-				strings.Contains(all, "nodes/pending : 1 pod(s) Pending behind the node.kubernetes.io/not-ready taint: default/pinned") {
+				strings.Contains(all, "nodes/pending : 1 pod(s) Pending behind the node.kubernetes.io/not-ready taint: default/pinned")
+			if expected && len(unexpected(f)) == 0 {
 				break
 			}
 			if time.Now().After(deadline) {
+				if expected {
+					t.Fatalf("verify without worker-2's CNI config: unexpected failures for 3 minutes:\n  %s", strings.Join(unexpected(f), "\n  "))
+				}
 				t.Fatalf("verify without worker-2's CNI config:\n  %s", strings.Join(f, "\n  "))
 			}
 			time.Sleep(2 * time.Second)
-		}
-		for _, l := range f {
-			if !strings.Contains(l, "worker-2") && !strings.Contains(l, "nodes/pending") {
-				t.Errorf("unexpected failure: %s", l)
-			}
 		}
 		out := e.mustUp()
 		if !strings.Contains(out, "worker-2: write /etc/cni/net.d/10-bridge.conflist") {
