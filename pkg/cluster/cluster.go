@@ -81,9 +81,6 @@ type Scope struct {
 
 // keeps says whether the scope lets push write f on host.
 func (s *Scope) keeps(host string, f units.File) bool {
-	if s == nil {
-		return true
-	}
 	if !slices.Contains(s.Hosts, host) {
 		return false
 	}

@@ -305,7 +305,7 @@ func (r *CARotation) pushStep(phase int, doc string) plan.Step {
 			}
 			// In a dry run nothing was written to the state directory:
 			// show every file of the phase as pushed.
-			return r.c.planPushSelected(ctx, &pushSelect{keep: r.files(phase), force: !recorded || r.o.DryRun, why: "CA rotation, phase " + pki.CAPhases[phase]})
+			return r.c.planPushSelected(ctx, &pushSelect{keep: bySource(r.files(phase)), force: !recorded || r.o.DryRun, why: "CA rotation, phase " + pki.CAPhases[phase]})
 		}}
 }
 

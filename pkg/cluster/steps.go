@@ -316,16 +316,20 @@ func (c *Cluster) remoteFiles(m *units.Manifest) ([]remote.File, error) {
 // written and no restart marker exists yet.
 func (c *Cluster) planPush(ctx context.Context, _ plan.Planned) ([]plan.Action, error) {
 	var sel *pushSelect
-	if c.renewMode() {
-		sel = &pushSelect{keep: c.renewing, force: true, why: "renewed"}
+	switch {
+	case c.renewMode():
+		sel = &pushSelect{keep: bySource(c.renewing), force: true, why: "renewed"}
+	case c.opt.Scope != nil:
+		sel = &pushSelect{keep: c.opt.Scope.keeps}
 	}
 	return c.planPushSelected(ctx, sel)
 }
 
-// pushSelect narrows a push to some of the state directory's files (certs
-// renew, a CA rotation); nil pushes everything.
+// pushSelect narrows a push to some files: of the state directory (certs
+// renew, a CA rotation), or of some hosts and components (an upgrade
+// phase's Scope); nil pushes everything.
 type pushSelect struct {
-	keep func(*units.Source) bool
+	keep func(host string, f units.File) bool
 	// force plans a write of every kept file even where the host's copy
 	// equals the state directory's: in a dry run the state directory is
 	// not rewritten yet, and the plan still shows the push and the
@@ -334,13 +338,19 @@ type pushSelect struct {
 	why   string
 }
 
+// bySource keeps the files whose source keep keeps, on every host.
+func bySource(keep func(*units.Source) bool) func(string, units.File) bool {
+	return func(_ string, f units.File) bool { return keep(f.Source) }
+}
+
 // manifest is m with only the kept files and no directories (a cluster
-// that holds the old files has them).
+// that holds the old files has them; a new file's parents are made as it
+// is written).
 func (s *pushSelect) manifest(m *units.Manifest) *units.Manifest {
 	r := *m
 	r.Files, r.Dirs = nil, nil
 	for _, f := range m.Files {
-		if s.keep(f.Source) {
+		if s.keep(m.Host, f) {
 			r.Files = append(r.Files, f)
 		}
 	}
@@ -388,19 +398,6 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushS
 		if len(m.Files) == 0 {
 			return hp, nil
 		}
-	}
-	if sc := c.opt.Scope; sc != nil {
-		if !slices.Contains(sc.Hosts, h.Name) {
-			return hp, nil
-		}
-		r := *m
-		r.Files = nil
-		for _, f := range m.Files {
-			if sc.keeps(h.Name, f) {
-				r.Files = append(r.Files, f)
-			}
-		}
-		m = &r
 	}
 	sh, err := c.Host(ctx, h.Name)
 	if err != nil {
