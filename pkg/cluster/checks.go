@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-version"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hardway/hardway/pkg/etcd"
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/kube"
 	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/remote"
+	"github.com/hardway/hardway/pkg/skew"
 	"github.com/hardway/hardway/pkg/units"
 	"github.com/hardway/hardway/pkg/usererr"
 	"github.com/hardway/hardway/pkg/verify"
@@ -429,9 +429,10 @@ func (c *Cluster) checkVersions(ctx context.Context) []verify.Result {
 	} else if rec != nil {
 		fail("", rec.Summary(), "'hardway upgrade apply -i "+usererr.Quote(c.Inv.Path)+"' finishes it; 'hardway upgrade plan' shows what each host runs")
 	}
-	var minors []int
-	var oldest *version.Version
-	oldestOn := ""
+	// What serves: each apiserver's /version, and each worker's Node (the
+	// kubelet that registered), checked against the skew rules that need
+	// no target (pkg/skew.Running).
+	var obs []skew.Observation
 	for _, h := range c.Inv.ControlPlane {
 		cs, err := c.Kube(h)
 		if err != nil {
@@ -446,49 +447,21 @@ func (c *Cluster) checkVersions(ctx context.Context) []verify.Result {
 		if err != nil {
 			continue
 		}
-		minors = append(minors, v.Segments()[1])
-		if oldest == nil || v.LessThan(oldest) {
-			oldest, oldestOn = v, h.Name
-		}
+		obs = append(obs, skew.Observation{Host: h.Name, Component: skew.APIServer, Source: skew.FromAPI, Version: v, Raw: info.GitVersion})
 		if c.Inv.K8s != nil && v.Segments()[1] != c.Inv.K8s.Segments()[1] {
 			out = append(out, verify.Result{Check: "versions", Host: h.Name, Status: verify.Warn, Message: fmt.Sprintf("apiserver %s, inventory %s", info.GitVersion, c.Inv.KubernetesVersion),
 				Hint: "'hardway upgrade plan --to " + c.Inv.KubernetesVersion + "' checks the move, 'hardway upgrade apply' makes it host by host (a plain up would not drain the workers)"})
 		}
 	}
-	lo, hi := 1<<30, -1
-	for _, m := range minors {
-		lo, hi = min(lo, m), max(hi, m)
+	apiservers := len(obs)
+	if apiservers > 0 && len(c.Inv.Workers) > 0 {
+		obs = append(obs, c.observeNodes(ctx)...)
 	}
-	if len(minors) > 0 && hi-lo > 1 {
-		fail("", fmt.Sprintf("apiservers span 1.%d to 1.%d", lo, hi), "HA apiservers must be within one minor: upgrade one minor at a time")
-	}
-	// The kubelets that registered, against the oldest apiserver: the
-	// version-skew policy's rule for nodes.
-	if oldest != nil && len(c.Inv.Workers) > 0 {
-		if cs, err := c.kubeClient(); err == nil {
-			if nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
-				for _, n := range nodes.Items {
-					kv, err := version.NewSemver(strings.TrimPrefix(n.Status.NodeInfo.KubeletVersion, "v"))
-					if err != nil {
-						continue
-					}
-					switch {
-					case minorOf(kv) > minorOf(oldest):
-						fail(n.Name, fmt.Sprintf("kubelet %s is newer than the oldest apiserver (v%s on %s)", n.Status.NodeInfo.KubeletVersion, oldest, oldestOn),
-							"a kubelet may not be newer than any apiserver: upgrade the control plane first ('hardway upgrade apply'), or put the kubelet back")
-					case minorOf(oldest)-minorOf(kv) > 3:
-						fail(n.Name, fmt.Sprintf("kubelet %s is more than three minors older than the apiservers (v%s)", n.Status.NodeInfo.KubeletVersion, oldest),
-							"upgrade the workers ('hardway upgrade apply') before the control plane moves further")
-					}
-				}
-			}
-		}
+	for _, v := range skew.Running(obs) {
+		fail(v.Host, v.Message, v.Fix)
 	}
 	if len(out) == 0 {
-		out = append(out, verify.Result{Check: "versions", Status: verify.Pass, Message: fmt.Sprintf("%d apiservers on %s", len(minors), c.Inv.KubernetesVersion)})
+		out = append(out, verify.Result{Check: "versions", Status: verify.Pass, Message: fmt.Sprintf("%d apiservers on %s", apiservers, c.Inv.KubernetesVersion)})
 	}
 	return out
 }
-
-// minorOf is the minor of a 1.x version.
-func minorOf(v *version.Version) int { return v.Segments()[1] }

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	k8sversion "k8s.io/apimachinery/pkg/version"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+
 	"github.com/hardway/hardway/pkg/plan"
 	"github.com/hardway/hardway/pkg/state"
 	"github.com/hardway/hardway/pkg/units"
@@ -162,5 +165,42 @@ func TestUpgradeRecord(t *testing.T) {
 	}
 	if r, _ := LoadUpgrade(st); r != nil {
 		t.Error("the record is still there")
+	}
+}
+
+// verify's versions check: what serves, by the skew rules that need no
+// target (a Node's kubelet ahead of the apiservers fails with the rule's
+// fix), and an upgrade record fails it until the upgrade is finished.
+func TestCheckVersions(t *testing.T) {
+	cp, workers, nodes := healthy("1.35.4", "3.6.16")
+	nodes["w2"] = "v1.36.3"
+	fx := newUpgradeFixture(t, cp, workers, nodes)
+	fx.api.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &k8sversion.Info{GitVersion: "v1.35.4"}
+	msgs := func() string {
+		var out []string
+		for _, r := range fx.c.checkVersions(context.Background()) {
+			out = append(out, string(r.Status)+" "+r.Host+": "+r.Message+" (hint: "+r.Hint+")")
+		}
+		return strings.Join(out, "\n")
+	}
+	got := msgs()
+	if !strings.Contains(got, "fail w2: kubelet on w2 (its Node) runs v1.36.3, newer than the oldest apiserver (v1.35.4 on c1)") {
+		t.Errorf("a kubelet ahead of the apiservers:\n%s", got)
+	}
+	if strings.Contains(got, "w1") {
+		t.Errorf("w1 runs the apiservers' version:\n%s", got)
+	}
+	nodes["w2"] = "v1.35.4"
+	fx = newUpgradeFixture(t, cp, workers, nodes)
+	fx.api.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &k8sversion.Info{GitVersion: "v1.35.4"}
+	if got := msgs(); !strings.HasPrefix(got, "pass ") {
+		t.Errorf("converged:\n%s", got)
+	}
+	rec := &UpgradeRecord{From: "v1.35.4", To: "v1.36.3", Phases: []UpgradePhase{{Name: "worker w2"}, {Name: "finish"}}}
+	if err := SaveUpgrade(fx.c.opt.State, rec); err != nil {
+		t.Fatal(err)
+	}
+	if got := msgs(); !strings.Contains(got, "fail : an upgrade from v1.35.4 to v1.36.3 is half-way: 0 of 2 phases done; left: worker w2, finish (hint: 'hardway upgrade apply -i") {
+		t.Errorf("half-way:\n%s", got)
 	}
 }

@@ -244,7 +244,7 @@ func ruleAPIServerSkew(s *state) []Violation {
 	}
 	return []Violation{{Host: lo.Host, Component: APIServer,
 		Message: fmt.Sprintf("the apiservers span %s (%s) to %s (%s): more than one minor apart now", Tag(lo.Version), lo.Host, Tag(hi.Version), hi.Host),
-		Fix:     fmt.Sprintf("bring %s's apiserver to %d.%d first (an interrupted upgrade? 'hardway up' with kubernetesVersion %s finishes it)", lo.Host, hi.Version.Segments()[0], minor(hi.Version)-1, Tag(hi.Version))}}
+		Fix:     fmt.Sprintf("bring %s's apiserver to %d.%d first (an interrupted upgrade? 'hardway upgrade apply' finishes it)", lo.Host, hi.Version.Segments()[0], minor(hi.Version)-1)}}
 }
 
 func ruleControllers(s *state) []Violation {

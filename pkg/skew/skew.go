@@ -34,6 +34,7 @@ const (
 const (
 	FromBinary = "binary" // '<binary> --version' on the host: what is installed
 	FromNode   = "node"   // the Node's status.nodeInfo: what the kubelet that registered runs
+	FromAPI    = "api"    // an apiserver's /version: what serves
 )
 
 // Role says which hosts run a component.
@@ -173,6 +174,30 @@ func Check(in Input) Result {
 		}
 	}
 	return res
+}
+
+// runningRules are the rules that hold between running components
+// whatever the target: what verify checks on a live cluster.
+var runningRules = []string{"apiserver-skew", "controller-manager-scheduler", "kubelet-kube-proxy"}
+
+// Running checks the running versions against the rules that need no
+// target (apiservers within one minor, controllers and kubelets never
+// newer than the oldest apiserver nor too far behind): a skew a stopped
+// upgrade or a hand-installed binary left. Observations without a
+// version are left out, not reported.
+func Running(observed []Observation) []Violation {
+	st := newState(Input{Observed: observed})
+	out := []Violation{}
+	for _, r := range Rules() {
+		if !slices.Contains(runningRules, r.Name) {
+			continue
+		}
+		for _, v := range r.check(st) {
+			v.Rule = r.Name
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // moves: one per host and component. The binary's version is what the

@@ -355,3 +355,41 @@ func TestRuleTable(t *testing.T) {
 		}
 	}
 }
+
+// Running reports only the skew between what runs: a half-done upgrade is
+// fine, a kubelet ahead of the apiservers or apiservers two minors apart
+// are not; an unreadable host is not its business.
+func TestRunning(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    *cluster
+		want []string // rule: message substring
+	}{
+		{"converged", newCluster("1.36.3", "3.6.16"), nil},
+		{"half-way: apiservers and controllers ahead, kubelets behind", newCluster("1.35.4", "3.6.16").
+			set("c1", APIServer, "1.36.3").set("c2", APIServer, "1.36.3").set("c3", APIServer, "1.36.3").
+			set("c1", ControllerManager, "1.36.3"), nil},
+		{"a kubelet newer than the oldest apiserver", newCluster("1.35.4", "3.6.16").set("w2", Kubelet, "1.36.3"),
+			[]string{"kubelet-kube-proxy: kubelet on w2 runs v1.36.3, newer than the oldest apiserver (v1.35.4 on c1)"}},
+		{"apiservers two minors apart", newCluster("1.36.3", "3.6.16").set("c3", APIServer, "1.34.2"),
+			[]string{"apiserver-skew: the apiservers span v1.34.2 (c3) to v1.36.3 (c1)"}},
+		{"an unreadable host is left out", newCluster("1.36.3", "3.6.16").set("c2", APIServer, ""), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Running(tc.c.obs)
+			var lines []string
+			for _, v := range got {
+				lines = append(lines, v.Rule+": "+v.Message)
+			}
+			all := strings.Join(lines, "\n")
+			for _, w := range tc.want {
+				if !strings.Contains(all, w) {
+					t.Errorf("lacks %q:\n%s", w, all)
+				}
+			}
+			if len(tc.want) == 0 && len(got) > 0 {
+				t.Errorf("want none, got:\n%s", all)
+			}
+		})
+	}
+}
