@@ -49,17 +49,26 @@ type UpgradePhase struct {
 // upgrade apply' goes on from the first phase not done, up refuses to run
 // past it, and verify reports it.
 type UpgradeRecord struct {
-	From     string         `yaml:"from"` // Kubernetes before the upgrade
-	To       string         `yaml:"to"`
-	EtcdFrom string         `yaml:"etcdFrom"`
-	EtcdTo   string         `yaml:"etcdTo"`
-	Started  time.Time      `yaml:"started"`
-	Backup   string         `yaml:"backup,omitempty"` // the backup taken first ("" with --no-backup)
-	Phases   []UpgradePhase `yaml:"phases"`
-	Done     []string       `yaml:"done"`
+	From    string         `yaml:"from"` // Kubernetes before the upgrade: the oldest apiserver read
+	To      string         `yaml:"to"`
+	Started time.Time      `yaml:"started"`
+	Backup  string         `yaml:"backup,omitempty"` // the backup taken first ("" with --no-backup)
+	Phases  []UpgradePhase `yaml:"phases"`
+	Done    []string       `yaml:"done"`
 	// Cordoned are the Nodes this upgrade cordoned and has not uncordoned
 	// yet; a Node the user had cordoned before stays cordoned.
 	Cordoned []string `yaml:"cordoned,omitempty"`
+}
+
+// NewUpgradeRecord is the record of an upgrade to p's target, from the
+// oldest apiserver p read (the inventory's version when none was), with
+// its phases.
+func (c *Cluster) NewUpgradeRecord(ctx context.Context, p *UpgradePlan) *UpgradeRecord {
+	from := c.Inv.KubernetesVersion
+	if v := oldest(p.Observed)[skew.APIServer]; v != nil {
+		from = skew.Tag(v)
+	}
+	return &UpgradeRecord{From: from, To: p.Target.Kubernetes, Started: time.Now().UTC(), Phases: c.UpgradePhases(ctx, p)}
 }
 
 // Left are the phases not done yet, in order.
@@ -183,7 +192,8 @@ func (c *Cluster) UpgradePhases(ctx context.Context, p *UpgradePlan) []UpgradePh
 		}
 		return strings.Join(parts, ", ")
 	}
-	var out []UpgradePhase
+	// One group per kind, in upgrade order.
+	var etcdPhases, apiPhases, ctlPhases, workerPhases []UpgradePhase
 
 	// etcd: the leader last, so that the cluster changes leader once.
 	var members []inventory.Host
@@ -210,12 +220,12 @@ func (c *Cluster) UpgradePhases(ctx context.Context, p *UpgradePlan) []UpgradePh
 		} else if leader == "" {
 			role = "member"
 		}
-		out = append(out, UpgradePhase{Name: "etcd " + h.Name, Kind: PhaseEtcd, Hosts: []string{h.Name}, Components: []string{units.Etcd},
+		etcdPhases = append(etcdPhases, UpgradePhase{Name: "etcd " + h.Name, Kind: PhaseEtcd, Hosts: []string{h.Name}, Components: []string{units.Etcd},
 			Desc: fmt.Sprintf("%s on %s (%s)", desc(h.Name, skew.Etcd), h.Name, role)})
 	}
 	for _, h := range c.Inv.ControlPlane {
 		if _, ok := moving[h.Name][skew.APIServer]; ok {
-			out = append(out, UpgradePhase{Name: "kube-apiserver " + h.Name, Kind: PhaseAPIServer, Hosts: []string{h.Name}, Components: []string{units.APIServer},
+			apiPhases = append(apiPhases, UpgradePhase{Name: "kube-apiserver " + h.Name, Kind: PhaseAPIServer, Hosts: []string{h.Name}, Components: []string{units.APIServer},
 				Desc: desc(h.Name, skew.APIServer) + " on " + h.Name})
 		}
 	}
@@ -228,19 +238,23 @@ func (c *Cluster) UpgradePhases(ctx context.Context, p *UpgradePlan) []UpgradePh
 		}
 	}
 	if len(ctl) > 0 {
-		out = append(out, UpgradePhase{Name: "controllers", Kind: PhaseControllers, Hosts: ctl, Components: []string{units.ControllerManager, units.Scheduler},
+		ctlPhases = append(ctlPhases, UpgradePhase{Name: "controllers", Kind: PhaseControllers, Hosts: ctl, Components: []string{units.ControllerManager, units.Scheduler},
 			Desc: desc(ctl[0], skew.ControllerManager, skew.Scheduler) + " on " + strings.Join(ctl, ", ") + ", host by host"})
 	}
 	for _, w := range c.Inv.Workers {
 		if len(moving[w.Name]) == 0 {
 			continue
 		}
-		out = append(out, UpgradePhase{Name: "worker " + w.Name, Kind: PhaseWorker, Hosts: []string{w.Name},
+		workerPhases = append(workerPhases, UpgradePhase{Name: "worker " + w.Name, Kind: PhaseWorker, Hosts: []string{w.Name},
 			Desc: fmt.Sprintf("%s: cordon, drain, %s, wait for Ready, uncordon", w.Name, desc(w.Name, skew.Containerd, skew.Runc, skew.Kubelet, skew.KubeProxy))})
 	}
+	groups := [][]UpgradePhase{etcdPhases, apiPhases, ctlPhases, workerPhases}
 	if downgrade {
-		slices.Reverse(out)
+		// The groups the other way round; within etcd's the leader stays
+		// last.
+		slices.Reverse(groups)
 	}
+	out := slices.Concat(groups...)
 	out = append(out, UpgradePhase{Name: "finish", Kind: PhaseFinish, Hosts: c.hostNames(),
 		Desc: "a whole up: the files no component reads (kubectl, etcdctl), the RBAC and the add-ons"})
 	return out
@@ -256,9 +270,6 @@ func boolInt(b bool) int {
 // ApplyOptions tune 'hardway upgrade apply's phases.
 type ApplyOptions struct {
 	DrainTimeout time.Duration
-	// Save writes the record after every change to it (nil: not saved:
-	// tests).
-	Save func(*UpgradeRecord) error
 }
 
 // PhaseTimes is how long the control plane's and the workers' phases took
@@ -268,17 +279,12 @@ type PhaseTimes struct {
 }
 
 // ApplyUpgrade runs the record's phases not done yet, in order, saving the
-// record after each. c is the cluster at the target (its inventory names
-// the new versions). A failed phase stops the upgrade there: the hosts of
+// record in the state directory after each. c is the cluster at the
+// target (its inventory names the new versions). A failed phase stops the upgrade there: the hosts of
 // later phases are untouched, and the error says how to go on.
 func (c *Cluster) ApplyUpgrade(ctx context.Context, rec *UpgradeRecord, o ApplyOptions) (PhaseTimes, error) {
 	var times PhaseTimes
-	save := func() error {
-		if o.Save == nil {
-			return nil
-		}
-		return o.Save(rec)
-	}
+	save := func() error { return SaveUpgrade(c.opt.State, rec) }
 	n := len(rec.Phases)
 	for i, ph := range rec.Phases {
 		if slices.Contains(rec.Done, ph.Name) {
@@ -390,8 +396,10 @@ func (c *Cluster) drainForUpgrade(ctx context.Context, rec *UpgradeRecord, node 
 	return nil
 }
 
-// rejoinAfterUpgrade waits for the Node to be Ready with the target
-// kubelet, then uncordons it if this upgrade cordoned it.
+// rejoinAfterUpgrade waits until the Node's kubelet reports the target
+// version and the Node is Ready (waitNodesReady: on a timeout it says why),
+// then uncordons it if this upgrade cordoned it. The version comes first:
+// the old kubelet's Ready stays for 40 s after it stopped.
 func (c *Cluster) rejoinAfterUpgrade(ctx context.Context, rec *UpgradeRecord, node string, save func() error) error {
 	cs, err := c.kubeClient()
 	if err != nil {
@@ -402,23 +410,22 @@ func (c *Cluster) rejoinAfterUpgrade(ctx context.Context, rec *UpgradeRecord, no
 	start := time.Now()
 	err = poll.Until(wctx, poll.Options{Attempt: 5 * time.Second}, func(ctx context.Context) error {
 		n, err := kube.GetNode(ctx, cs, node)
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
-		}
-		if n == nil {
+		case n == nil:
 			return fmt.Errorf("not registered")
-		}
-		if got := n.Status.NodeInfo.KubeletVersion; got != rec.To {
-			return fmt.Errorf("its kubelet reports %s, not %s yet", got, rec.To)
-		}
-		if ok, why := kube.NodeReady(n); !ok {
-			return fmt.Errorf("not Ready: %s", why)
+		case n.Status.NodeInfo.KubeletVersion != rec.To:
+			return fmt.Errorf("its kubelet reports %s, not %s yet", n.Status.NodeInfo.KubeletVersion, rec.To)
 		}
 		return nil
 	})
 	if err != nil {
 		return usererr.New(fmt.Errorf("%s after its upgrade: %w", node, err),
 			fmt.Sprintf("see 'journalctl -u kubelet' on %s; it stays cordoned until the upgrade goes on", node))
+	}
+	if err := c.waitNodesReady(ctx, []string{node}); err != nil {
+		return err
 	}
 	c.logf("[upgrade] %s: Ready with kubelet %s (%s)", node, rec.To, time.Since(start).Round(100*time.Millisecond))
 	if !slices.Contains(rec.Cordoned, node) {

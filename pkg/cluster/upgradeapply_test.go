@@ -111,7 +111,7 @@ func TestUpgradePhases(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := names(fx.c.UpgradePhases(ctx, p))
-	want = []string{"worker w2", "worker w1", "controllers", "kube-apiserver c3", "kube-apiserver c2", "kube-apiserver c1", "finish"}
+	want = []string{"worker w1", "worker w2", "controllers", "kube-apiserver c1", "kube-apiserver c2", "kube-apiserver c3", "finish"}
 	if !slices.Equal(got, want) {
 		t.Errorf("downgrade phases:\n  %q\nwant\n  %q", got, want)
 	}

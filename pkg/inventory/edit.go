@@ -3,6 +3,7 @@ package inventory
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -79,7 +80,7 @@ func SetTopLevel(data []byte, set map[string]string, add []string) ([]byte, []Ed
 		// After the cluster: line, or first: where the example puts it.
 		at := clusterLine
 		newLine := key + ": " + want + "\n"
-		lines = append(lines[:at], append([]string{newLine}, lines[at:]...)...)
+		lines = slices.Insert(lines, at, newLine)
 		if at > 0 && !strings.HasSuffix(lines[at-1], "\n") {
 			lines[at-1] += "\n"
 		}
