@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -158,10 +159,17 @@ func (a *App) runUpgradeApply(ctx context.Context, inv *inventory.Inventory, st 
 	c := cluster.New(inv, opts)
 	defer c.Close()
 
-	// The backup's keys are checked before anything else: a missing
-	// passphrase must not stop the upgrade after its plan was shown.
+	rec, err := cluster.LoadUpgrade(st)
+	if err != nil {
+		return fail(err)
+	}
+	// A backup first, once: a run that goes on after a kill or a failure
+	// has it (or went without on purpose). Its keys are checked before the
+	// plan: a missing passphrase must not stop the upgrade after its plan
+	// was shown.
+	backupFirst := !f.noBackup && (rec == nil || rec.Backup == "" && len(rec.Done) == 0)
 	var recipients []age.Recipient
-	if !f.noBackup && !f.dryRun {
+	if backupFirst && !f.dryRun {
 		if recipients, err = f.keys.keys(a).EncryptTo(); err != nil {
 			return fail(err)
 		}
@@ -169,11 +177,6 @@ func (a *App) runUpgradeApply(ctx context.Context, inv *inventory.Inventory, st 
 			return fail(usererr.WithCode(errors.New("upgrade apply takes a backup first, and it has no passphrase or recipient"), usererr.CodeUsage,
 				"set "+backup.PassphraseEnv+", or --passphrase-file FILE, or --recipient age1…; --no-backup skips the backup"))
 		}
-	}
-
-	rec, err := cluster.LoadUpgrade(st)
-	if err != nil {
-		return fail(err)
 	}
 	if rec != nil {
 		if f.to != "" && !sameTarget(f.to, rec.To) {
@@ -204,8 +207,7 @@ func (a *App) runUpgradeApply(ctx context.Context, inv *inventory.Inventory, st 
 			lg.End(nil)
 			return nil
 		}
-		rec = &cluster.UpgradeRecord{From: fromVersion(p, inv), To: p.Target.Kubernetes, EtcdFrom: inv.EtcdVersion, EtcdTo: p.Target.Etcd,
-			Started: time.Now().UTC(), Phases: c.UpgradePhases(ctx, p)}
+		rec = c.NewUpgradeRecord(ctx, p)
 	}
 
 	// The inventory at the target, and the file's edit.
@@ -247,13 +249,13 @@ func (a *App) runUpgradeApply(ctx context.Context, inv *inventory.Inventory, st 
 	}
 	if f.dryRun {
 		fmt.Fprintln(out, "\nthe upgrade would:")
-		if rec.Backup == "" && !f.noBackup {
+		if backupFirst {
 			fmt.Fprintln(out, "  take a backup ('hardway backup')")
 		}
 		fmt.Fprintf(out, "  download and check every %s release file; write hardway.lock and the inventory\n", rec.To)
 		for i, p := range rec.Phases {
 			state := ""
-			if contains(rec.Done, p.Name) {
+			if slices.Contains(rec.Done, p.Name) {
 				state = " (done)"
 			}
 			fmt.Fprintf(out, "  phase %d/%d: %s%s\n", i+1, len(rec.Phases), p.Desc, state)
@@ -262,25 +264,23 @@ func (a *App) runUpgradeApply(ctx context.Context, inv *inventory.Inventory, st 
 		return a.upgradeJSON(f, res)
 	}
 
-	// A backup first, once: a run that goes on has it.
-	if rec.Backup == "" && len(rec.Done) == 0 {
-		if f.noBackup {
-			fmt.Fprintln(out, "\nno backup (--no-backup): going back means rebuilding from a backup of your own")
-		} else {
-			dir := f.backupDir
-			if dir == "" {
-				dir = filepath.Join(inv.Dir(), "backups")
-			}
-			fmt.Fprintln(out, "\n[upgrade] backup before the upgrade")
-			b, err := backup.Create(ctx, backup.Options{Source: c, Inventory: inv, State: st, Dir: dir, Recipients: recipients,
-				HardwayVersion: version(), Log: out})
-			if err != nil {
-				return fail(usererr.New(fmt.Errorf("the backup before the upgrade failed (nothing was changed): %w", err),
-					"fix what the error names and run again, or --no-backup to upgrade without one"))
-			}
-			rec.Backup = b.Path
-			fmt.Fprintf(out, "[upgrade] backup %s (sha256 %s)\n", b.Path, b.SHA256)
+	if f.noBackup && len(rec.Done) == 0 {
+		fmt.Fprintln(out, "\nno backup (--no-backup): going back means rebuilding from a backup of your own")
+	}
+	if backupFirst {
+		dir := f.backupDir
+		if dir == "" {
+			dir = filepath.Join(inv.Dir(), "backups")
 		}
+		fmt.Fprintln(out, "\n[upgrade] backup before the upgrade")
+		b, err := backup.Create(ctx, backup.Options{Source: c, Inventory: inv, State: st, Dir: dir, Recipients: recipients,
+			HardwayVersion: version(), Log: out})
+		if err != nil {
+			return fail(usererr.New(fmt.Errorf("the backup before the upgrade failed (nothing was changed): %w", err),
+				"fix what the error names and run again, or --no-backup to upgrade without one"))
+		}
+		rec.Backup = b.Path
+		fmt.Fprintf(out, "[upgrade] backup %s (sha256 %s)\n", b.Path, b.SHA256)
 	}
 	res.Backup = rec.Backup
 
@@ -296,14 +296,9 @@ func (a *App) runUpgradeApply(ctx context.Context, inv *inventory.Inventory, st 
 	if err := cluster.SaveUpgrade(st, rec); err != nil {
 		return fail(err)
 	}
-	lockData, err := set2.Lock.Marshal()
-	if err != nil {
+	if changed, err := release.WriteLock(set2.LockPath, set2.Lock); err != nil {
 		return fail(err)
-	}
-	if !fsutil.SameContent(set2.LockPath, lockData) {
-		if _, err := release.WriteLock(set2.LockPath, set2.Lock); err != nil {
-			return fail(err)
-		}
+	} else if changed {
 		fmt.Fprintln(out, "[upgrade] wrote "+set2.LockPath)
 	}
 	if len(edits) > 0 {
@@ -321,8 +316,7 @@ func (a *App) runUpgradeApply(ctx context.Context, inv *inventory.Inventory, st 
 	opts.Release.UpdateLock, opts.Release.NoLockWrite = false, false
 	nc := cluster.New(to, opts)
 	defer nc.Close()
-	times, err := nc.ApplyUpgrade(ctx, rec, cluster.ApplyOptions{DrainTimeout: f.drainTimeout,
-		Save: func(r *cluster.UpgradeRecord) error { return cluster.SaveUpgrade(st, r) }})
+	times, err := nc.ApplyUpgrade(ctx, rec, cluster.ApplyOptions{DrainTimeout: f.drainTimeout})
 	res.Done = append([]string{}, rec.Done...)
 	if err != nil {
 		return fail(err)
@@ -358,33 +352,10 @@ func moves(p *cluster.UpgradePlan) bool {
 	return false
 }
 
-// fromVersion is the oldest apiserver read, else the inventory's.
-func fromVersion(p *cluster.UpgradePlan, inv *inventory.Inventory) string {
-	var old *goversion.Version
-	for _, o := range p.Observed {
-		if o.Component == skew.APIServer && o.Version != nil && (old == nil || o.Version.LessThan(old)) {
-			old = o.Version
-		}
-	}
-	if old == nil {
-		return inv.KubernetesVersion
-	}
-	return skew.Tag(old)
-}
-
 // sameTarget says whether --to names the recorded target (a minor names
 // any of its patches).
 func sameTarget(to, rec string) bool {
 	t := strings.TrimPrefix(strings.TrimSpace(to), "v")
 	r := strings.TrimPrefix(rec, "v")
 	return t == r || strings.HasPrefix(r, t+".") && strings.Count(t, ".") == 1
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
