@@ -612,6 +612,11 @@ func (e clusterRotationEnv) restartAPIServer(ctx context.Context, host string) e
 	if err != nil {
 		return err
 	}
+	// Out of the workers' load balancers while it restarts, as up's
+	// restarts (lbPool).
+	if err := e.c.lbPool(ctx, host); err != nil {
+		return err
+	}
 	unit := units.APIServer + ".service"
 	if err := remote.Restart(ctx, sh, unit); err != nil {
 		return withJournal(ctx, sh, unit, err)
@@ -622,7 +627,7 @@ func (e clusterRotationEnv) restartAPIServer(ctx context.Context, host string) e
 		return usererr.New(fmt.Errorf("kube-apiserver did not become ready on %s: %w\n%s", host, err, journalTail(ctx, sh, unit, 30)),
 			fmt.Sprintf("see 'journalctl -u %s' on %s", unit, host))
 	}
-	return nil
+	return e.c.lbPool(ctx)
 }
 
 // readyKube is a client of the first apiserver that answers /readyz.
