@@ -198,7 +198,7 @@ func (e *env) etcdCAScenarios(t *testing.T) {
 		}
 	})
 
-	t.Run("a single-CA cluster migrates to the etcd CA with rotate ca --which etcd, killed after phase 1 and finished by the next run: an apiserver ready and an etcd quorum at every poll, the Secret reads back, kube-proxy refused", func(t *testing.T) {
+	t.Run("a single-CA cluster migrates to the etcd CA with rotate ca --which etcd, killed after phase 1 and finished by the next run: an apiserver ready and an etcd quorum at every poll but one at most, the Secret reads back, kube-proxy refused", func(t *testing.T) {
 		e.t = t
 		e.makeSingleCA(t)
 		// The hole the etcd CA closes, seen for real: any cluster-CA
@@ -313,7 +313,7 @@ func (e *env) etcdCAScenarios(t *testing.T) {
 // frontProxyScenario rotates the front-proxy CA: the same three phases,
 // with the apiservers and controller-managers as the trusting side.
 func (e *env) frontProxyScenario(t *testing.T) {
-	t.Run("rotate ca --which front-proxy: an apiserver ready and an etcd quorum at every poll; the apiservers trust and publish the new CA, front-proxy-client is reissued from it, the old one retired", func(t *testing.T) {
+	t.Run("rotate ca --which front-proxy: an apiserver ready and an etcd quorum at every poll but one at most; the apiservers trust and publish the new CA, front-proxy-client is reissued from it, the old one retired", func(t *testing.T) {
 		e.t = t
 		st := e.stateDir()
 		oldPEM, err := os.ReadFile(st.Cert(pki.FrontProxyCA))
