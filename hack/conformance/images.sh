@@ -8,11 +8,16 @@
 #   registry.k8s.io/e2e-test-images/agnhost:2.63.0 and :2.55   agnhost built from the Kubernetes
 #       source release (test/images/agnhost) on a Debian rootfs with the tools the upstream image
 #       adds (dig/nslookup, curl, nc, ip, iperf, bash), its test user and group, and /coredns
+#   registry.k8s.io/e2e-test-images/kitten:1.8 and nautilus:1.8   that agnhost image with the
+#       picture and data.json of test/images/{kitten,nautilus}/html in /, CMD test-webserver
 #   registry.k8s.io/e2e-test-images/busybox:1.37.0-1 and :1.36.1-1   upstream's busybox 1.37.0
 #       (the orig tarball of trixie's source, through apt), built here statically, with every
 #       applet linked in /bin
 #   registry.k8s.io/e2e-test-images/nginx:1.15-4 and :1.27-0   Debian's nginx serving on :80
 #   registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0   the Debian rootfs (glibc's resolver)
+#   registry.k8s.io/e2e-test-images/nonroot:1.5   the Debian rootfs with USER 1234
+#
+# The suite's tags (test/utils/image/manifest.go).
 #
 # Cached per image; the Debian rootfs is debootstrapped once (from the machine's own apt
 # configuration). Needs root (debootstrap). This is a development tool, not part of hardway.
@@ -78,9 +83,9 @@ if [ ! -e "$rootfs/.done" ]; then
 fi
 
 # --- agnhost, from the Kubernetes source release
+tw=$WORK/kubernetes-test-$K8S_VERSION # build.sh's module: k8s.io/kubernetes and its staging modules
 agn=$w/agnhost-$K8S_VERSION
 if [ ! -x "$agn" ]; then
-  tw=$WORK/kubernetes-test-$K8S_VERSION
   [ -s "$tw/go.mod" ] || die "run hack/conformance/build.sh first (it writes the module $tw)"
   log "agnhost $AGNHOST_VERSION from k8s.io/kubernetes@$K8S_VERSION"
   (cd "$tw" && go get "k8s.io/kubernetes/test/images/agnhost@$K8S_VERSION") >&2
@@ -91,14 +96,23 @@ coredns_tgz=$MIRROR/coredns/$COREDNS_VERSION/coredns_${COREDNS_VERSION#v}_linux_
 [ -s "$coredns_tgz" ] || die "no $coredns_tgz: run make mirror"
 tar -xzf "$coredns_tgz" -C "$w" coredns
 
-agnhost_args=(-rootfs "$rootfs" -entrypoint /agnhost -cmd pause -file "$agn:/agnhost" -file "$agn:/agnhost-2"
+agnhost_args=(-rootfs "$rootfs" -entrypoint /agnhost -file "$agn:/agnhost" -file "$agn:/agnhost-2"
   -file "$w/coredns:/coredns" -file "$mod/test/images/agnhost/porter/localhost.crt:/localhost.crt"
   -file "$mod/test/images/agnhost/porter/localhost.key:/localhost.key")
-image "registry.k8s.io/e2e-test-images/agnhost:$AGNHOST_VERSION" "agnhost-$AGNHOST_VERSION.tar" "${agnhost_args[@]}"
-image registry.k8s.io/e2e-test-images/agnhost:2.55 agnhost-2.55.tar "${agnhost_args[@]}"
+image "registry.k8s.io/e2e-test-images/agnhost:$AGNHOST_VERSION" "agnhost-$AGNHOST_VERSION.tar" "${agnhost_args[@]}" -cmd pause
+image registry.k8s.io/e2e-test-images/agnhost:2.55 agnhost-2.55.tar "${agnhost_args[@]}" -cmd pause
+# kitten and nautilus are agnhost (their BASEIMAGE) plus a picture and data.json, CMD
+# test-webserver. agnhost's Dockerfile sets no WORKDIR, so their COPY destinations are in /,
+# which is also what test-webserver serves (http.Dir("/")).
+for pic in kitten nautilus; do
+  image "registry.k8s.io/e2e-test-images/$pic:1.8" "$pic-1.8.tar" "${agnhost_args[@]}" -cmd test-webserver \
+    -file "$mod/test/images/$pic/html/$pic.jpg:/$pic.jpg" -file "$mod/test/images/$pic/html/data.json:/data.json"
+done
 image registry.k8s.io/e2e-test-images/nginx:1.15-4 nginx-1.15-4.tar -rootfs "$rootfs" -entrypoint "/usr/sbin/nginx,-g,daemon off;"
 image registry.k8s.io/e2e-test-images/nginx:1.27-0 nginx-1.27-0.tar -rootfs "$rootfs" -entrypoint "/usr/sbin/nginx,-g,daemon off;"
 image registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0 glibc-dns-testing-2.0.0.tar -rootfs "$rootfs" -cmd /bin/sh
+# nonroot: its Dockerfile is its Debian base with USER 1234 (runAsNonRoot's image-specified user)
+image registry.k8s.io/e2e-test-images/nonroot:1.5 nonroot-1.5.tar -rootfs "$rootfs" -user 1234 -cmd /bin/sh
 
 # --- busybox: upstream's source release, built here statically, every applet a link
 bb=$w/busybox-$BUSYBOX_VERSION-root
@@ -148,6 +162,7 @@ if [ ! -x "$bb/bin/busybox" ]; then
 fi
 image registry.k8s.io/e2e-test-images/busybox:1.37.0-1 busybox-1.37.0-1.tar -rootfs "$bb" -cmd sh
 image registry.k8s.io/e2e-test-images/busybox:1.36.1-1 busybox-1.36.1-1.tar -rootfs "$bb" -cmd sh
+
 
 (cd "$OUT" && sha256sum -- *.tar | sed 's/ \*/  /') > "$OUT/.SHA256SUMS.tmp" && mv -f "$OUT/.SHA256SUMS.tmp" "$OUT/SHA256SUMS"
 log "images in $OUT:"
