@@ -16,8 +16,11 @@
 #   registry.k8s.io/e2e-test-images/nginx:1.15-4 and :1.27-0   Debian's nginx serving on :80
 #   registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0   the Debian rootfs (glibc's resolver)
 #   registry.k8s.io/e2e-test-images/nonroot:1.5   the Debian rootfs with USER 1234
+#   registry.k8s.io/e2e-test-images/nonewprivs:1.4   the busybox tree with the source release's
+#       test/images/nonewprivs (nnp) setuid root at /usr/local/bin/nnp, CMD nnp
 #
-# The suite's tags (test/utils/image/manifest.go).
+# The suite's tags (test/utils/image/manifest.go). Upstream bases some of these on alpine,
+# which has no source here: the busybox tree stands in for it.
 #
 # Cached per image; the Debian rootfs is debootstrapped once (from the machine's own apt
 # configuration). Needs root (debootstrap). This is a development tool, not part of hardway.
@@ -162,6 +165,18 @@ if [ ! -x "$bb/bin/busybox" ]; then
 fi
 image registry.k8s.io/e2e-test-images/busybox:1.37.0-1 busybox-1.37.0-1.tar -rootfs "$bb" -cmd sh
 image registry.k8s.io/e2e-test-images/busybox:1.36.1-1 busybox-1.36.1-1.tar -rootfs "$bb" -cmd sh
+
+# --- nonewprivs: nnp (it prints its effective uid) setuid root at /usr/local/bin/nnp, CMD nnp, as
+# its Dockerfile (COPY, chmod +s); the allowPrivilegeEscalation tests run it as a non-root uid.
+# Upstream's base is alpine; here the busybox tree, the nearest (a busybox userland).
+nnp=$w/nnp-$K8S_VERSION
+if [ ! -u "$nnp" ]; then
+  [ -s "$tw/go.mod" ] || die "run hack/conformance/build.sh first (it writes the module $tw)"
+  log "nonewprivs' nnp from k8s.io/kubernetes@$K8S_VERSION"
+  (cd "$tw" && GOOS=linux GOARCH=$GOARCH go build -trimpath -ldflags "-s -w" -o "$nnp.tmp" k8s.io/kubernetes/test/images/nonewprivs) >&2
+  chmod 4755 "$nnp.tmp" && mv -f "$nnp.tmp" "$nnp"
+fi
+image registry.k8s.io/e2e-test-images/nonewprivs:1.4 nonewprivs-1.4.tar -rootfs "$bb" -file "$nnp:/usr/local/bin/nnp" -cmd nnp
 
 
 (cd "$OUT" && sha256sum -- *.tar | sed 's/ \*/  /') > "$OUT/.SHA256SUMS.tmp" && mv -f "$OUT/.SHA256SUMS.tmp" "$OUT/SHA256SUMS"
