@@ -18,9 +18,14 @@
 #   registry.k8s.io/e2e-test-images/nonroot:1.5   the Debian rootfs with USER 1234
 #   registry.k8s.io/e2e-test-images/nonewprivs:1.4   the busybox tree with the source release's
 #       test/images/nonewprivs (nnp) setuid root at /usr/local/bin/nnp, CMD nnp
+#   registry.k8s.io/e2e-test-images/sample-apiserver:1.29.2   the busybox tree with the server of
+#       the published module k8s.io/sample-apiserver v0.X.Y (this release's) at /sample-apiserver
+#   registry.k8s.io/etcd:3.6.8-0   etcd, etcdctl and etcdutl v3.6.8 built from the published
+#       go.etcd.io/etcd modules, in /usr/local/bin, on a tree of passwd, group and /tmp
 #
-# The suite's tags (test/utils/image/manifest.go). Upstream bases some of these on alpine,
-# which has no source here: the busybox tree stands in for it.
+# The suite's tags (test/utils/image/manifest.go); the Go programs are built through the Go
+# module proxy, as hack/mirror/build.sh builds the cluster's binaries. Upstream bases some of
+# these on alpine, which has no source here: the busybox tree stands in for it.
 #
 # Cached per image; the Debian rootfs is debootstrapped once (from the machine's own apt
 # configuration). Needs root (debootstrap). This is a development tool, not part of hardway.
@@ -29,6 +34,8 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-v1.36.3}
 AGNHOST_VERSION=${AGNHOST_VERSION:-2.63.0}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
+# the suite's registry.k8s.io/etcd:3.6.8-0 (not $ETCD_VERSION: the cluster's, in hack/mirror/build.sh)
+ETCD_IMAGE_VERSION=v3.6.8
 BUSYBOX_VERSION=${BUSYBOX_VERSION:-1.37.0}
 BUSYBOX_SUITE=${BUSYBOX_SUITE:-trixie} # the Debian release whose source has $BUSYBOX_VERSION
 GOARCH=${GOARCH:-$(go env GOARCH)}
@@ -178,6 +185,53 @@ if [ ! -u "$nnp" ]; then
 fi
 image registry.k8s.io/e2e-test-images/nonewprivs:1.4 nonewprivs-1.4.tar -rootfs "$bb" -file "$nnp:/usr/local/bin/nnp" -cmd nnp
 
+# wrapper DIR MODULE@VERSION...: a fresh module under $w (not build.sh's, which it may rewrite)
+# that requires only these; go get resolves their dependencies from their own go.mod files, so
+# what is built is the published modules as their go.mod files pin them
+wrapper() {
+  local d=$1; shift
+  mkdir -p "$d"
+  [ -s "$d/go.mod" ] || printf 'module hardway.invalid/conformance-images/%s\n\ngo %s\n' "$(basename "$d")" \
+    "$(go env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')" > "$d/go.mod"
+  (cd "$d" && go get "$@") >&2
+}
+
+# --- sample-apiserver: k8s.io/sample-apiserver's server from the published module of this
+# Kubernetes release, at /sample-apiserver, ENTRYPOINT /sample-apiserver, as its Dockerfile (the
+# aggregator test passes only flags). Upstream's base is alpine; here the busybox tree.
+SAMPLE_APISERVER_VERSION=v0.${K8S_VERSION#v1.}
+sa=$w/sample-apiserver-$SAMPLE_APISERVER_VERSION
+if [ ! -x "$sa" ]; then
+  log "sample-apiserver from k8s.io/sample-apiserver@$SAMPLE_APISERVER_VERSION"
+  wrapper "$w/sample-apiserver-module" "k8s.io/sample-apiserver@$SAMPLE_APISERVER_VERSION"
+  (cd "$w/sample-apiserver-module" && GOOS=linux GOARCH=$GOARCH go build -trimpath -ldflags "-s -w" -o "$sa.tmp" k8s.io/sample-apiserver) >&2
+  mv -f "$sa.tmp" "$sa"
+fi
+image registry.k8s.io/e2e-test-images/sample-apiserver:1.29.2 sample-apiserver-1.29.2.tar -rootfs "$bb" -file "$sa:/sample-apiserver" -entrypoint /sample-apiserver
+
+# --- etcd: the aggregator test's second container runs /usr/local/bin/etcd. Built from source
+# as hack/mirror/build.sh builds the cluster's etcd: go.etcd.io/etcd/server/v3's root package is
+# the etcd main, etcdctl/v3 and etcdutl/v3 likewise; all three in /usr/local/bin as upstream's
+# image has them (its migration tools left out), CMD etcd, on a distroless-like tree: passwd,
+# group, /tmp.
+e=$w/etcd-$ETCD_IMAGE_VERSION
+if [ ! -x "$e/usr/local/bin/etcd" ]; then
+  log "etcd $ETCD_IMAGE_VERSION from go.etcd.io/etcd/{server,etcdctl,etcdutl}/v3@$ETCD_IMAGE_VERSION"
+  m=$w/etcd-module
+  wrapper "$m" "go.etcd.io/etcd/server/v3@$ETCD_IMAGE_VERSION" "go.etcd.io/etcd/etcdctl/v3@$ETCD_IMAGE_VERSION" "go.etcd.io/etcd/etcdutl/v3@$ETCD_IMAGE_VERSION"
+  r=$e.tmp; rm -rf "$r"; mkdir -p "$r/usr/local/bin" "$r/etc" "$r/tmp"
+  for b in server etcdctl etcdutl; do
+    n=$b; [ "$b" = server ] && n=etcd
+    (cd "$m" && GOOS=linux GOARCH=$GOARCH go build -trimpath -ldflags "-s -w" -o "$r/usr/local/bin/$n" "go.etcd.io/etcd/$b/v3") >&2
+  done
+  v=$("$r/usr/local/bin/etcd" --version 2>&1 | sed -n 1p)
+  [ "$v" = "etcd Version: ${ETCD_IMAGE_VERSION#v}" ] || die "etcd --version says \"$v\", not ${ETCD_IMAGE_VERSION#v}"
+  chmod 1777 "$r/tmp"
+  printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n' > "$r/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' > "$r/etc/group"
+  rm -rf "$e"; mv "$r" "$e"
+fi
+image "registry.k8s.io/etcd:${ETCD_IMAGE_VERSION#v}-0" "etcd-${ETCD_IMAGE_VERSION#v}-0.tar" -rootfs "$e" -cmd /usr/local/bin/etcd
 
 (cd "$OUT" && sha256sum -- *.tar | sed 's/ \*/  /') > "$OUT/.SHA256SUMS.tmp" && mv -f "$OUT/.SHA256SUMS.tmp" "$OUT/SHA256SUMS"
 log "images in $OUT:"
