@@ -11,9 +11,14 @@
 // conformance suite's images (hack/conformance/images.sh).
 //
 // The output is reproducible: layer entries are sorted and carry the
-// -created time, owner 0, and modes taken from the file (0755 or 0644);
+// -created time; a -rootfs entry keeps its tree's owner and mode, a -file
+// is owner 0 with mode 0755 or 0644 (by its execute bits) plus its setuid
+// and setgid bits (a setuid-root program, as the nonewprivs image has);
 // the config's created time is -created too. The same inputs give the
 // same bytes, so the mirror's SHA256SUMS do not move on a rebuild.
+//
+// -user sets the config's User (the nonroot image's USER 1234); without it
+// the config has none, as before the flag existed.
 package main
 
 import (
@@ -51,16 +56,17 @@ func main() {
 	ep := flag.String("entrypoint", "", "entrypoint, arguments separated by commas")
 	cmd := flag.String("cmd", "", "default arguments (the image's Cmd), separated by commas")
 	rootfs := flag.String("rootfs", "", "a directory tree to put in the layer as /")
+	user := flag.String("user", "", "the user the image runs as (the config's User), e.g. 1234")
 	out := flag.String("o", "", "output tarball")
 	flag.Var(&files, "file", "SRC:DEST, a file to put in the layer at the absolute path DEST (repeatable)")
 	flag.Parse()
-	if err := run(*ref, *arch, *created, *ep, *cmd, *rootfs, *out, files); err != nil {
+	if err := run(*ref, *arch, *created, *ep, *cmd, *user, *rootfs, *out, files); err != nil {
 		fmt.Fprintln(os.Stderr, "mkimage:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ref, arch, created, ep, cmd, rootfs, out string, files []string) error {
+func run(ref, arch, created, ep, cmd, user, rootfs, out string, files []string) error {
 	if ref == "" || out == "" || (ep == "" && cmd == "") || (len(files) == 0 && rootfs == "") || created == "" {
 		return fmt.Errorf("-name, -created, -entrypoint or -cmd, -o and -rootfs or at least one -file are required")
 	}
@@ -102,6 +108,7 @@ func run(ref, arch, created, ep, cmd, rootfs, out string, files []string) error 
 		cf.Config.Cmd = strings.Split(cmd, ",")
 	}
 	cf.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	cf.Config.User = user // omitted from the JSON when empty
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return err
 	}
@@ -187,6 +194,13 @@ func layerTar(rootfs string, files []string, t time.Time) ([]byte, error) {
 		mode := int64(0o644)
 		if st.Mode()&0o111 != 0 {
 			mode = 0o755
+		}
+		// kept, not normalised away: nonewprivs' nnp is setuid root
+		if st.Mode()&fs.ModeSetuid != 0 {
+			mode |= 0o4000
+		}
+		if st.Mode()&fs.ModeSetgid != 0 {
+			mode |= 0o2000
 		}
 		rel := strings.TrimPrefix(dest, "/")
 		entries[rel] = entry{src: src, mode: mode}
