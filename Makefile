@@ -6,7 +6,7 @@ GO     ?= go
 BIN    := bin/hardway
 export HARDWAY_MIRROR ?= /var/tmp/hardway/mirror
 
-.PHONY: build setup lint mirror unit e2e test demo bench bench-up bench-scale bench-backup bench-upgrade conformance-build fuzz clean
+.PHONY: build setup lint mirror unit e2e test demo bench bench-up bench-scale bench-backup bench-upgrade conformance-build conformance-images conformance fuzz clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/hardway
@@ -36,11 +36,11 @@ unit: setup mirror
 	$(GO) test -race -count=1 -timeout 30m ./pkg/... ./internal/... .
 
 # Real hosts (systemd-nspawn + systemd + sshd) and real binaries, as root. TestControlPlane,
-# TestEtcdCA, TestWorkers and TestUpgrade run side by side, two at a time (own lab prefixes
-# and /24s).
+# TestEtcdCA, TestWorkers, TestUpgrade and TestConformance (the upstream suite's subset) run
+# side by side, two at a time (own lab prefixes and /24s).
 # The summary lines go to the terminal; on a failure, every failing test's whole message too (the
 # lines under each `_test.go:` line of a test that failed), since CI keeps only what was printed.
-e2e: setup build mirror
+e2e: setup build mirror conformance-build conformance-images
 	@HARDWAY_E2E_PARALLEL=1 $(GO) test -count=1 -p 1 -timeout 75m -v ./tests/... 2>&1 | tee /tmp/hardway-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:'; \
 	rc=$${PIPESTATUS[0]}; [ $$rc -eq 0 ] || bash hack/e2e-failures.sh /tmp/hardway-e2e.log; exit $$rc
 
@@ -60,6 +60,16 @@ demo: setup build
 # Kubernetes source release; not part of `make mirror` (a cold build takes long on 2 cores).
 conformance-build: setup mirror
 	bash hack/conformance/build.sh
+
+# The suite's images, made with no registry (root: debootstrap); cached like the mirror.
+conformance-images: setup conformance-build
+	bash hack/conformance/images.sh
+
+# The whole [Conformance] focus, [Serial] included, on a 3 + 2 lab (root); about an hour on
+# 2 cores. The JUnit report, the e2e log and summary.json go to HARDWAY_CONFORMANCE_RESULTS
+# (default: /var/tmp/hardway/conformance-results/<time>).
+conformance: setup build mirror conformance-build conformance-images
+	@HARDWAY_CONFORMANCE=full $(GO) test -count=1 -timeout 200m -v -run '^TestConformance$$' ./tests/e2e/ 2>&1 | tee /tmp/hardway-conformance.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:'; exit $${PIPESTATUS[0]}
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./pkg/inventory/
