@@ -357,6 +357,11 @@ func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot
 			actions = append(actions, *a)
 		}
 	}
+	if a, err := c.oldRegistriesAction(ctx, sh, sn, w.Name); err != nil {
+		return nil, false, err
+	} else if a != nil {
+		actions = append(actions, *a)
+	}
 	// Ask containerd for its images only when it keeps running through
 	// this run; otherwise every image is imported after it starts.
 	runtimeUp := sn.Units[Containerd].Active && !sn.Pending[Containerd] && !sn.Units[Containerd].NeedReload
@@ -405,13 +410,14 @@ func (c *Cluster) planWorker(ctx context.Context, w inventory.Host, sn *snapshot
 }
 
 // The reads of a worker's plan (planWorker), run with its unit snapshot:
-// the old loopback config, and containerd's images when it runs (asked only
-// then: a stopped containerd has nothing to list, and its plan imports
-// every image).
+// the old loopback config, hardway's files in containerd's hosts directory
+// (registries.go), and containerd's images when it runs (asked only then:
+// a stopped containerd has nothing to list, and its plan imports every
+// image).
 var (
 	readLoopbackCmd   = "cat " + oldLoopbackConf + " 2>/dev/null || true"
 	readImagesCmd     = crictlCmd + " images -o json"
-	workerReadsScript = captured("loopback", readLoopbackCmd) +
+	workerReadsScript = captured("loopback", readLoopbackCmd) + captured("registries", readRegistryFilesCmd) +
 		"if systemctl is-active --quiet " + Containerd + ".service; then\n" + captured("images", readImagesCmd) + "fi\n"
 )
 

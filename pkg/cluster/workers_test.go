@@ -154,6 +154,9 @@ type workerModel struct {
 	conflist, routes, journal string
 	// oldLoopback is /etc/cni/net.d/99-loopback.conf (earlier hardway wrote it)
 	oldLoopback string
+	// registryFiles: hardway's files in containerd's hosts directory, as
+	// readRegistryFilesCmd prints them
+	registryFiles string
 }
 
 func (m *workerModel) answer(cmd string) (string, error) {
@@ -199,6 +202,8 @@ func (m *workerModel) answer(cmd string) (string, error) {
 		b.WriteString(m.conflist)
 	case strings.HasPrefix(cmd, "cat /etc/cni/net.d/99-loopback.conf"):
 		b.WriteString(m.oldLoopback)
+	case cmd == readRegistryFilesCmd:
+		b.WriteString(m.registryFiles)
 	case cmd == "ip -4 route show":
 		b.WriteString(m.routes)
 	case strings.HasPrefix(cmd, "journalctl -u kubelet"):

@@ -68,8 +68,9 @@ type Inventory struct {
 	Releases          Releases   `yaml:"releases"`
 	ControlPlane      []Host     `yaml:"controlPlane"`
 	Workers           []Host     `yaml:"workers"`
-	Images            []Image    `yaml:"images"` // image tarballs imported on every worker (air-gapped, lab)
-	DNS               DNS        `yaml:"dns"`    // the CoreDNS add-on up applies when there are workers
+	Images            []Image    `yaml:"images"`     // image tarballs imported on every worker (air-gapped, lab)
+	Registries        []Registry `yaml:"registries"` // mirrors the workers' containerd pulls through (registries.go)
+	DNS               DNS        `yaml:"dns"`        // the CoreDNS add-on up applies when there are workers
 
 	// Filled in by Load; not part of the file.
 	Path     string           `yaml:"-"` // absolute path of the inventory file
@@ -150,6 +151,36 @@ type Image struct {
 	Name   string `yaml:"name"`   // as containerd knows it: registry.k8s.io/pause:3.10.2
 	URL    string `yaml:"url"`    // http(s) or file URL of the tarball
 	SHA256 string `yaml:"sha256"` // hex; optional when SHA256SUMS is published beside the URL
+}
+
+// Registry is a container registry the workers pull through mirrors: a
+// local mirror or a pull-through cache, for a homelab or an air-gapped
+// cluster, and for pods that must pull (imagePullPolicy: Always), which
+// the image tarballs cannot serve.
+type Registry struct {
+	// Name is the registry as image names carry it: registry.k8s.io,
+	// docker.io (Docker Hub), 10.240.16.1:5000. host[:port], no scheme.
+	Name    string   `yaml:"name"`
+	Mirrors []Mirror `yaml:"mirrors"` // tried in order before the registry itself
+	// MirrorOnly: never fall back to the registry itself (air-gapped: a
+	// pull the mirrors cannot serve fails at once, instead of after the
+	// registry's connect timeout).
+	MirrorOnly bool `yaml:"mirrorOnly"`
+}
+
+// Mirror is one mirror of a Registry.
+type Mirror struct {
+	URL string `yaml:"url"` // http(s)://host[:port]; plain http only on a network you trust
+	// CA is a PEM file (relative to the inventory file) of the CA that
+	// signed an https mirror's certificate, when the hosts' system roots
+	// do not; it is pushed to the workers.
+	CA string `yaml:"ca"`
+	// InsecureSkipVerify accepts any certificate from an https mirror: off
+	// unless set, and refused together with ca.
+	InsecureSkipVerify bool `yaml:"insecureSkipVerify"`
+
+	// Filled in by Load; not part of the file.
+	CAData []byte `yaml:"-"` // the CA file's content (checked to hold a certificate)
 }
 
 // Host is one machine, control plane or worker.

@@ -218,6 +218,7 @@ func (l *loader) validate(inv *Inventory) {
 	}
 
 	l.validateWorkerReleases(inv)
+	l.validateRegistries(inv)
 	l.validateTransport(inv)
 	l.validateFetchOn(inv)
 	l.validateHosts(inv)

@@ -111,6 +111,9 @@ type Component struct {
 	Kubeconfig string
 	// Configs are the config files rendered for it (besides its unit).
 	Configs []Config
+	// moreConfigs are config files whose paths the inventory names (a
+	// hosts.toml per registry); nil: none.
+	moreConfigs func(inv *inventory.Inventory) []Config
 	// Dirs are the directories it needs before its files are written.
 	Dirs []Dir
 

@@ -83,6 +83,9 @@ const (
 	// ImageDir holds image tarballs (docker-archive) for hosts that cannot
 	// pull: 'hardway up' imports them into containerd.
 	ImageDir = "/var/lib/hardway/images"
+	// CertsDir is containerd's registry hosts directory (config_path), with
+	// registries: only: one <registry>/hosts.toml each (registries.go).
+	CertsDir = ContainerdDir + "/certs.d"
 
 	ContainerdConfig    = ContainerdDir + "/config.toml"
 	ContainerdSocket    = "/run/containerd/containerd.sock"

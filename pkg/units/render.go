@@ -182,7 +182,11 @@ func (r *renderer) host(h inventory.Host, role Role) (Manifest, error) {
 		if err := add(File{Path: UnitPath(c.Name), Mode: ModePublic, Owner: Owner, Components: []string{c.Name}, Content: b}); err != nil {
 			return m, err
 		}
-		for _, cf := range c.Configs {
+		configs := c.Configs
+		if c.moreConfigs != nil {
+			configs = append(slices.Clip(configs), c.moreConfigs(r.inv)...)
+		}
+		for _, cf := range configs {
 			b, settings, err := cf.render(r, h)
 			if err != nil {
 				return m, err

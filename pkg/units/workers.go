@@ -104,7 +104,8 @@ func workerComponents() []Component {
 				// report the network ready with pods that have only lo.
 				{Path: BridgeConflist, NoRestart: true, render: renderBridgeConflist},
 			},
-			Dirs: []Dir{{ContainerdDir, ModeDir, Owner}, {CNIConfDir, ModeDir, Owner}, {CNIBinDir, ModeDir, Owner}, {ImageDir, ModeDir, Owner}},
+			moreConfigs: registryConfigs,
+			Dirs:        []Dir{{ContainerdDir, ModeDir, Owner}, {CNIConfDir, ModeDir, Owner}, {CNIBinDir, ModeDir, Owner}, {ImageDir, ModeDir, Owner}},
 			unit: unitData{Description: "containerd container runtime", Documentation: "https://containerd.io",
 				After: []string{"network.target", "local-fs.target"}, Type: "notify",
 				// "-": a host with the modules built in, or a container (the lab)
@@ -327,6 +328,12 @@ func renderContainerdConfig(r *renderer, h inventory.Host) ([]byte, []Setting, e
 		{"", "grpc", "address", ContainerdSocket, "the CRI socket the kubelet's containerRuntimeEndpoint names"},
 		{"", images, "snapshotter", "overlayfs", "container root filesystems as overlay mounts"},
 		{"", images + ".pinned_images", "sandbox", r.pauseImage(), "the pause image every pod starts with; pinned, so never garbage-collected or pulled"},
+	}
+	if len(r.inv.Registries) > 0 {
+		// Only with registries: an inventory without them renders the
+		// config it always did (containerd's default: no hosts directory).
+		defs = append(defs, settingDef{"", images + ".registry", "config_path", CertsDir,
+			"pull " + registryNames(r.inv) + " through the mirrors in registries: (one <registry>/hosts.toml each, read at every pull)"})
 	}
 	if h.ContainerHost {
 		defs = append(defs, settingDef{"", runtime, "restrict_oom_score_adj", true,
