@@ -33,7 +33,7 @@ mirror: setup
 # Unit tests (with the race detector), the real-sshd tests (as root), real etcd, and the rendered
 # flags checked against the real binaries' --help.
 unit: setup mirror
-	$(GO) test -race -count=1 -timeout 30m ./pkg/... ./internal/... .
+	$(GO) test -race -count=1 -timeout 30m ./pkg/... ./internal/... ./hack/... .
 
 # Real hosts (systemd-nspawn + systemd + sshd) and real binaries, as root. TestControlPlane,
 # TestEtcdCA, TestWorkers, TestUpgrade and TestConformance (the upstream suite's subset) run
