@@ -141,7 +141,8 @@ releases:
 	}
 	// containerHost: a worker is a container on a cgroup v1 machine; it turns
 	// on the settings only such a host needs (failCgroupV1: false, containerd's
-	// restrict_oom_score_adj, runc's NoNewKeyring, kube-proxy's conntrack.maxPerCore: 0).
+	// restrict_oom_score_adj, runc's NoNewKeyring, kube-proxy's conntrack.maxPerCore: 0, the kubelet's
+	// disk thresholds in absolute sizes).
 	b.WriteString("workers:\n")
 	for _, h := range workers {
 		fmt.Fprintf(&b, "  - name: %s\n    address: %s\n    containerHost: true\n", h.Name, h.Address)

@@ -3,6 +3,7 @@ package units
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,7 +67,7 @@ func selectSettings(component, file string, defs []settingDef, v *version.Versio
 		}
 		seen[key] = true
 		switch d.value.(type) {
-		case string, bool, int, []string:
+		case string, bool, int, []string, map[string]string:
 		default:
 			return nil, fmt.Errorf("%s %s: %s: unsupported value %T", component, file, key, d.value)
 		}
@@ -127,6 +128,14 @@ func valueNode(v any) *yaml.Node {
 		n := &yaml.Node{Kind: yaml.SequenceNode}
 		for _, s := range x {
 			n.Content = append(n.Content, str(s))
+		}
+		return n
+	case map[string]string:
+		// A map whose keys hold dots (evictionHard's imagefs.available):
+		// one setting, its keys in order.
+		n := &yaml.Node{Kind: yaml.MappingNode}
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			n.Content = append(n.Content, str(k), str(x[k]))
 		}
 		return n
 	default:

@@ -448,6 +448,19 @@ func renderKubeletConfig(r *renderer, h inventory.Host) ([]byte, []Setting, erro
 		// The field exists from 1.31 (its default turned true in 1.35).
 		defs = append(defs, settingDef{">= 1.31.0", "", "failCgroupV1", false,
 			"containerHost only: the lab's machine has cgroup v1 only; a real host on cgroup v1 fails preflight instead"})
+		// A container's root is its machine's disk, shared with all else
+		// there: the kubelet's percentages measure the machine, and a
+		// workstation at 85 % deletes the node's imported images (which no
+		// registry gives back) and at 85-90 % evicts its pods.
+		defs = append(defs,
+			settingDef{"", "", "imageGCHighThresholdPercent", 100,
+				"containerHost only: the node's disk is its machine's; no image garbage collection because the machine fills (imported images come back from no registry)"},
+			settingDef{"", "", "imageGCLowThresholdPercent", 99, "containerHost only: below the high threshold, as the kubelet requires"},
+			settingDef{"", "", "evictionHard", map[string]string{
+				"imagefs.available": "1Gi", "nodefs.available": "1Gi", // not 15 % and 10 % of the machine's disk
+				"imagefs.inodesFree": "5%", "nodefs.inodesFree": "5%", "memory.available": "100Mi", // the defaults: a partial evictionHard drops the others
+			}, "containerHost only: the node's disk is its machine's: evict on 1Gi free, not on 10-15 % of the machine"},
+		)
 	}
 	settings, err := selectSettings(Kubelet, KubeletConfig, defs, inv.K8s)
 	if err != nil {

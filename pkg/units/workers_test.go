@@ -2,20 +2,27 @@ package units
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coreos/go-systemd/v22/unit"
 
+	"github.com/hardway/hardway/internal/mirrortest"
 	"github.com/hardway/hardway/pkg/inventory"
 )
 
 // labOnly are the settings only a container host needs. They must never
 // reach a host without containerHost: true.
-var labOnly = []string{"failCgroupV1", "restrict_oom_score_adj", "NoNewKeyring", "conntrack-max-per-core"}
+var labOnly = []string{"failCgroupV1", "restrict_oom_score_adj", "NoNewKeyring", "conntrack-max-per-core",
+	"imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "evictionHard", "imagefs.", "nodefs.", "memory.available"}
 
 func workerInventory(t testing.TB, k8s, network string, containerHost bool) *inventory.Inventory {
 	t.Helper()
@@ -335,6 +342,50 @@ func TestAPIClientsDetectALostBackend(t *testing.T) {
 				if !slices.Equal(env, want) {
 					t.Errorf("%s %s (containerHost %v): Environment %q, want %q", m.Host, c, containerHost, env, want)
 				}
+			}
+		}
+	}
+}
+
+// TestKubeletConfigAgainstRealBinary runs the mirror's kubelet on the
+// rendered KubeletConfiguration, with and without containerHost: it must
+// get past its own validation of the file (it then stops at the missing
+// kubeconfig). A config it refuses (low threshold not below high) shows the
+// check can fail.
+func TestKubeletConfigAgainstRealBinary(t *testing.T) {
+	kubelet := mirrortest.KubeBinary(t, "kubelet")
+	run := func(cfg []byte) string {
+		dir := t.TempDir()
+		p := filepath.Join(dir, "kubelet.yaml")
+		if err := os.WriteFile(p, cfg, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		out, _ := exec.CommandContext(ctx, kubelet, "--config", p, "--kubeconfig", filepath.Join(dir, "missing.kubeconfig"),
+			"--root-dir", filepath.Join(dir, "root")).CombinedOutput()
+		return string(out)
+	}
+	for _, ch := range []bool{false, true} {
+		m := workerManifest(t, workerInventory(t, mirrortest.Kubernetes, "", ch))
+		f, ok := m.File(KubeletConfig)
+		if !ok {
+			t.Fatal("no kubelet config")
+		}
+		out := run(f.Content)
+		// Without containerHost, on a cgroup v1 machine (this kind is one),
+		// the refusal a real host on cgroup v1 gets is the one expected.
+		_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+		if !ch && err != nil && strings.Contains(out, "configured to not run on a host using cgroup v1") {
+			continue
+		}
+		if strings.Contains(out, "failed to validate kubelet configuration") || !strings.Contains(out, "missing.kubeconfig") {
+			t.Errorf("containerHost %v: the kubelet refused the rendered config:\n%s", ch, out)
+		}
+		if ch {
+			bad := bytes.Replace(f.Content, []byte("imageGCLowThresholdPercent: 99"), []byte("imageGCLowThresholdPercent: 100"), 1)
+			if out := run(bad); !strings.Contains(out, "failed to validate kubelet configuration") {
+				t.Errorf("a config with the low threshold at the high one was not refused:\n%s", out)
 			}
 		}
 	}
