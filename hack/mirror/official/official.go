@@ -62,6 +62,12 @@ func Layout(name, version, arch string) (Component, error) {
 			c.Files = append(c.Files, f)
 		}
 		return c, nil
+	case "kubernetes-test":
+		// The conformance suite's binaries (kubernetes/test/bin/e2e.test, ginkgo) come in one
+		// tarball beside the release's binaries, with the same two sidecars; it lands in the
+		// kubernetes directory, where the site has it, so a file:// mirror serves it too.
+		return Component{Name: name, Dir: "kubernetes", Base: inventory.DefaultKubernetesMirror, Files: []File{
+			sidecars(fmt.Sprintf("release/%s/kubernetes-test-linux-%s.tar.gz", v, arch), ".sha256", ".sha512")}}, nil
 	case "etcd":
 		return Component{Name: name, Dir: "etcd", Base: inventory.DefaultEtcdMirror, Files: []File{
 			{Path: fmt.Sprintf("%s/etcd-%s-linux-%s.tar.gz", v, v, arch), Sums: []string{v + "/SHA256SUMS"}}}}, nil

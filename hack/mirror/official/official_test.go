@@ -317,3 +317,18 @@ func TestLayoutRefusesUnknown(t *testing.T) {
 		t.Fatal("a version without v: want an error")
 	}
 }
+
+// The conformance suite's tarball: dl.k8s.io has it beside the release's
+// binaries, with a .sha256 and a .sha512; the mirror keeps it where the site does.
+func TestKubernetesTestLayout(t *testing.T) {
+	c, err := Layout("kubernetes-test", "v1.36.3", "arm64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := "release/v1.36.3/kubernetes-test-linux-arm64.tar.gz"
+	if c.Dir != "kubernetes" || c.Base != "https://dl.k8s.io" || len(c.Files) != 1 ||
+		c.Files[0].Path != p || c.Files[0].Exec ||
+		strings.Join(c.Files[0].Sums, " ") != p+".sha256 "+p+".sha512" {
+		t.Fatalf("layout %+v", c)
+	}
+}
