@@ -13,6 +13,11 @@
 // answers with an error, or a transfer that breaks off, also means "source",
 // and the mirror is left as it was. A downloaded file whose digest is not the
 // published one stops everything (exit 1): never a reason to build instead.
+//
+//	official -extract TARBALL -into DIR MEMBER...
+//
+// copies MEMBERs of a tarball already taken and verified (kubernetes-test's
+// kubernetes/test/bin/e2e.test and ginkgo) into DIR under their base names.
 package main
 
 import (
@@ -40,7 +45,20 @@ func main() {
 		sites[name] = u
 		return nil
 	})
+	extract := flag.String("extract", "", "TARBALL: copy the MEMBERs named in the arguments out of it, into -into")
+	into := flag.String("into", "", "with -extract: the directory the members go to")
 	flag.Parse()
+	if *extract != "" {
+		if *into == "" || flag.NArg() == 0 {
+			fmt.Fprintln(os.Stderr, "usage: official -extract TARBALL -into DIR MEMBER...")
+			os.Exit(2)
+		}
+		if err := Extract(*extract, *into, flag.Args()); err != nil {
+			fmt.Fprintln(os.Stderr, "official:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *mirror == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: official -mirror DIR [-arch ARCH] [-probe 5s] [-site NAME=URL] NAME=VERSION...")
 		os.Exit(2)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"crypto/sha512"
@@ -330,5 +332,128 @@ func TestKubernetesTestLayout(t *testing.T) {
 		c.Files[0].Path != p || c.Files[0].Exec ||
 		strings.Join(c.Files[0].Sums, " ") != p+".sha256 "+p+".sha512" {
 		t.Fatalf("layout %+v", c)
+	}
+}
+
+// tgz is a gzipped tarball of files (name -> content), in the order given;
+// a name ending in / is a directory, a content starting with "->" a symlink
+// to the rest.
+func tgz(t *testing.T, files ...[2]string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	tw := tar.NewWriter(zw)
+	for _, f := range files {
+		h := &tar.Header{Name: f[0], Mode: 0o755, Size: int64(len(f[1])), Typeflag: tar.TypeReg}
+		if target, ok := strings.CutPrefix(f[1], "->"); ok {
+			h = &tar.Header{Name: f[0], Mode: 0o777, Typeflag: tar.TypeSymlink, Linkname: target}
+		}
+		if strings.HasSuffix(f[0], "/") {
+			h = &tar.Header{Name: f[0], Mode: 0o755, Typeflag: tar.TypeDir}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write([]byte(f[1])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// What hack/conformance/build.sh does: the tarball from the site, verified,
+// then e2e.test and ginkgo out of it. Tampered bytes under the same published
+// digests are refused and leave nothing.
+func TestKubernetesTestTarballFetchedAndExtracted(t *testing.T) {
+	body := tgz(t,
+		[2]string{"kubernetes/", ""}, // a directory entry, as upstream's has
+		[2]string{"kubernetes/test/bin/e2e_node.test", "not wanted"},
+		[2]string{"kubernetes/test/bin/e2e.test", "#!/bin/sh\necho v9.9.9\n"},
+		[2]string{"kubernetes/test/bin/ginkgo", "ginkgo binary"})
+	p := "release/v9.9.9/kubernetes-test-linux-amd64.tar.gz"
+	files := map[string]string{p: string(body), p + ".sha256": sha256hex(body), p + ".sha512": sha512hex(body)}
+	s := newSite(t, files)
+	mirror := t.TempDir()
+	var out bytes.Buffer
+	err := run(context.Background(), &out, quick(), mirror, "amd64", []string{"kubernetes-test=v9.9.9"}, map[string]string{"kubernetes-test": s.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "official kubernetes-test\n" {
+		t.Fatalf("stdout %q", out.String())
+	}
+	tarball := filepath.Join(mirror, "kubernetes", filepath.FromSlash(p))
+	for _, e := range []string{"", ".sha256", ".sha512"} {
+		if got, err := os.ReadFile(tarball + e); err != nil || string(got) != files[p+e] {
+			t.Fatalf("%s%s in the mirror: %v; not the published bytes", tarball, e, err)
+		}
+	}
+
+	bin := t.TempDir()
+	if err := Extract(tarball, bin, []string{"kubernetes/test/bin/e2e.test", "./kubernetes/test/bin/ginkgo"}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"e2e.test": "#!/bin/sh\necho v9.9.9\n", "ginkgo": "ginkgo binary"} {
+		got, err := os.ReadFile(filepath.Join(bin, name))
+		fi, serr := os.Stat(filepath.Join(bin, name))
+		if err != nil || serr != nil || string(got) != want || fi.Mode().Perm() != 0o755 {
+			t.Fatalf("%s: %q, %v, %v; want %q, mode 0755", name, got, err, fi, want)
+		}
+	}
+	if ents, _ := os.ReadDir(bin); len(ents) != 2 {
+		t.Fatalf("%d files extracted, want only e2e.test and ginkgo", len(ents))
+	}
+
+	files[p] = string(tgz(t, [2]string{"kubernetes/test/bin/e2e.test", "something else"}))
+	mirror = t.TempDir()
+	out.Reset()
+	err = run(context.Background(), &out, quick(), mirror, "amd64", []string{"kubernetes-test=v9.9.9"}, map[string]string{"kubernetes-test": s.URL})
+	if !errors.Is(err, ErrMismatch) {
+		t.Fatalf("err %v, want a checksum mismatch", err)
+	}
+	if out.Len() != 0 || !empty(t, mirror) {
+		t.Fatalf("stdout %q; a refused download must leave nothing", out.String())
+	}
+}
+
+// A tarball without what was asked for, or with it as a link (which could
+// point anywhere): refused, and the directory left empty.
+func TestExtractRefuses(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		tarball []byte
+		members []string
+		want    string
+	}{
+		{"missing", tgz(t, [2]string{"kubernetes/test/bin/e2e.test", "x"}),
+			[]string{"kubernetes/test/bin/e2e.test", "kubernetes/test/bin/ginkgo"}, "has no kubernetes/test/bin/ginkgo"},
+		{"symlink", tgz(t, [2]string{"kubernetes/test/bin/ginkgo", "x"}, [2]string{"kubernetes/test/bin/e2e.test", "->/etc/passwd"}),
+			[]string{"kubernetes/test/bin/e2e.test", "kubernetes/test/bin/ginkgo"}, "not a regular file"},
+		{"twice", tgz(t, [2]string{"kubernetes/test/bin/ginkgo", "x"}, [2]string{"./kubernetes/test/bin/ginkgo", "y"}),
+			[]string{"kubernetes/test/bin/ginkgo"}, "twice"},
+		{"not gzip", []byte("plain bytes"), []string{"kubernetes/test/bin/ginkgo"}, "gzip"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tarball := filepath.Join(t.TempDir(), "t.tar.gz")
+			if err := os.WriteFile(tarball, c.tarball, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			err := Extract(tarball, dir, c.members)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want one saying %q", err, c.want)
+			}
+			if !empty(t, dir) {
+				t.Fatal("a refused extraction left files behind")
+			}
+		})
 	}
 }
