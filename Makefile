@@ -56,8 +56,9 @@ test: setup build
 demo: setup build
 	bash hack/lab-demo.sh
 
-# The upstream conformance suite's binaries (e2e.test, ginkgo), built from the mirror's
-# Kubernetes source release; not part of `make mirror` (a cold build takes long on 2 cores).
+# The upstream conformance suite's binaries (e2e.test, ginkgo): the official kubernetes-test
+# tarball's, or built from the mirror's Kubernetes source release where dl.k8s.io cannot be
+# reached; not part of `make mirror` (a cold source build takes long on 2 cores).
 conformance-build: setup mirror
 	bash hack/conformance/build.sh
 
