@@ -15,16 +15,13 @@
 # in a copy of its own module, with its own go.mod and go.sum, so neither is a dependency of
 # hardway's go.mod.
 #
-# usage: hack/cis/build.sh     (KUBE_BENCH_VERSION, GOJQ_VERSION, GOARCH to override the pins)
+# usage: hack/cis/build.sh     (the pins are in hack/cis/versions.sh; GOARCH as the mirror's)
 #
 # This is a development tool, not part of hardway.
 set -euo pipefail
 
-# The newest kube-bench release the module proxy serves (v0.16.1 and v0.17.0 are not there);
-# its newest benchmark is cis-1.12, for Kubernetes 1.32-1.34 (run.sh passes it explicitly).
-KUBE_BENCH_VERSION=${KUBE_BENCH_VERSION:-v0.16.0}
-# v0.12.20 needs a go-yaml pseudo-version the proxy does not serve.
-GOJQ_VERSION=${GOJQ_VERSION:-v0.12.19}
+# shellcheck source=hack/cis/versions.sh
+. "$(dirname "$0")/versions.sh"
 GOOS=linux
 GOARCH=${GOARCH:-$(go env GOARCH)}
 MIRROR=${HARDWAY_MIRROR:-/var/tmp/hardway/mirror}
@@ -82,7 +79,8 @@ if ! kube_bench_ok; then
   # The benchmarks as released, with modes of their own (the module cache's are read-only).
   cp -R "$w/src/cfg" "$w/out/cfg"
   find "$w/out/cfg" -type d -exec chmod 0755 {} + && find "$w/out/cfg" -type f -exec chmod 0644 {} +
-  { [ -s "$w/out/cfg/config.yaml" ] && [ -d "$w/out/cfg/cis-1.12" ]; } || die "kube-bench $KUBE_BENCH_VERSION: no cfg/config.yaml or cfg/cis-1.12"
+  { [ -s "$w/out/cfg/config.yaml" ] && [ -s "$w/out/cfg/$CIS_BENCHMARK/master.yaml" ]; } ||
+    die "kube-bench $KUBE_BENCH_VERSION: no cfg/config.yaml or cfg/$CIS_BENCHMARK"
 
   mkdir -p "$OUT"
   rm -rf "$OUT/.cfg.tmp" "$OUT/.cfg.old"
