@@ -3,9 +3,12 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -259,6 +262,10 @@ type junitSuites struct {
 	} `xml:"testsuite"`
 }
 
+// ginkgoSuiteNodes begin the names of the report's entries that are the
+// suite's own setup and reporting, not specs.
+var ginkgoSuiteNodes = []string{"[SynchronizedBeforeSuite]", "[SynchronizedAfterSuite]", "[BeforeSuite]", "[AfterSuite]", "[ReportBeforeSuite]", "[ReportAfterSuite]"}
+
 // readJUnit counts the report's specs by status. The suite's own nodes
 // (SynchronizedBeforeSuite, ReportAfterSuite and the like) are not specs,
 // but a failed one is a failure: nothing after it ran.
@@ -273,9 +280,7 @@ func (s *conformanceSummary) readJUnit() error {
 	}
 	for _, su := range r.Suites {
 		for _, c := range su.Cases {
-			suiteNode := strings.HasPrefix(c.Name, "[SynchronizedBeforeSuite]") || strings.HasPrefix(c.Name, "[SynchronizedAfterSuite]") ||
-				strings.HasPrefix(c.Name, "[BeforeSuite]") || strings.HasPrefix(c.Name, "[AfterSuite]") || strings.HasPrefix(c.Name, "[ReportAfterSuite]") ||
-				strings.HasPrefix(c.Name, "[ReportBeforeSuite]")
+			suiteNode := slices.ContainsFunc(ginkgoSuiteNodes, func(p string) bool { return strings.HasPrefix(c.Name, p) })
 			switch c.Status {
 			case "passed":
 				if !suiteNode {
@@ -310,13 +315,19 @@ func tailFile(path string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
+// fileSHA256 streams path through sha256 (the tarballs are hundreds of MB).
 func fileSHA256(t *testing.T, path string) string {
 	t.Helper()
-	out, err := exec.Command("sha256sum", path).Output()
+	f, err := os.Open(path)
 	if err != nil {
-		t.Fatalf("sha256sum %s: %v", path, err)
+		t.Fatal(err)
 	}
-	return strings.Fields(string(out))[0]
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func TestConformance(t *testing.T) {
@@ -403,4 +414,31 @@ func TestConformance(t *testing.T) {
 			t.Errorf("after up: ginkgo %v, %s, failed: %v", err, s, s.FailedSpecs)
 		}
 	})
+}
+
+// TestReadJUnit: the summary counts specs by status, leaves the suite's own
+// nodes out of passed and skipped, and counts a failed one of them.
+func TestReadJUnit(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "junit.xml")
+	x := `<testsuites><testsuite>
+<testcase name="[SynchronizedBeforeSuite]" status="passed"></testcase>
+<testcase name="[It] a" status="passed"></testcase>
+<testcase name="[It] b" status="skipped"></testcase>
+<testcase name="[It] c" status="failed"><failure message="boom&#xA;more"></failure></testcase>
+<testcase name="[It] d" status="interrupted"></testcase>
+<testcase name="[ReportAfterSuite] x" status="failed"><failure message="report"></failure></testcase>
+</testsuite></testsuites>`
+	if err := os.WriteFile(p, []byte(x), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := conformanceSummary{JUnit: p}
+	if err := s.readJUnit(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Passed != 1 || s.Skipped != 1 || s.Failed != 3 {
+		t.Errorf("passed %d skipped %d failed %d, want 1 1 3", s.Passed, s.Skipped, s.Failed)
+	}
+	if len(s.FailedSpecs) != 3 || s.FailedSpecs[0] != "[It] c (failed): boom" {
+		t.Errorf("failed specs: %q", s.FailedSpecs)
+	}
 }
