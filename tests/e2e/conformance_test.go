@@ -339,7 +339,7 @@ func TestConformance(t *testing.T) {
 	full := os.Getenv("HARDWAY_CONFORMANCE") == "full"
 
 	dir := t.TempDir()
-	l, res := labtest.Start(t, lab.Config{Dir: dir, Prefix: "hwf", Net: "10.240.7", Workers: 2, Mirror: mirror, ServeMirror: true})
+	l, res := labtest.Start(t, lab.Config{Dir: dir, Prefix: "hwf", Net: "10.240.18", Workers: 2, Mirror: mirror, ServeMirror: true})
 	// The suite's images are on a registry mirror on the lab's bridge, for
 	// registry.k8s.io: the workers pull what the specs run, as a cluster
 	// behind a pull-through cache does.
