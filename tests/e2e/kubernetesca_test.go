@@ -154,7 +154,7 @@ func (e *workersEnv) kubernetesCAScenarios(t *testing.T) {
 		}
 		// CoreDNS was restarted and watches the API with the new CA: no
 		// certificate error in its log since.
-		if logs, err := e.k("-n", "kube-system", "logs", "-l", "k8s-app=kube-dns", "--tail=200"); err != nil || strings.Contains(logs, "x509") {
+		if logs, err := e.liveLogs("kube-system", "k8s-app=kube-dns"); err != nil || strings.Contains(logs, "x509") {
 			t.Errorf("CoreDNS logs: %v\n%s", err, logs)
 		}
 		// A new pod starts and resolves a new Service's name (smoke makes

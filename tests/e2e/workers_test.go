@@ -65,6 +65,56 @@ func (e *workersEnv) mustK(args ...string) string {
 	return out
 }
 
+// liveLogs is the last 200 lines of each pod matching selector that is
+// not being deleted. "kubectl logs -l" lists the old ReplicaSet's
+// terminating pods too, right after a rollout, and fails NotFound when
+// one goes between its list and its read; a pod that goes here is
+// skipped, and the list taken again (at most 30 s).
+func (e *workersEnv) liveLogs(ns, selector string) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := e.k("-n", ns, "get", "pods", "-l", selector, "-o", "json")
+		if err != nil {
+			return out, err
+		}
+		var list struct {
+			Items []struct {
+				Metadata struct {
+					Name              string  `json:"name"`
+					DeletionTimestamp *string `json:"deletionTimestamp"`
+				} `json:"metadata"`
+			} `json:"items"`
+		}
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			return out, err
+		}
+		var b strings.Builder
+		gone, live := false, 0
+		for _, p := range list.Items {
+			if p.Metadata.DeletionTimestamp != nil {
+				continue
+			}
+			live++
+			logs, err := e.k("-n", ns, "logs", p.Metadata.Name, "--tail=200")
+			if err != nil && strings.Contains(logs, "NotFound") {
+				gone = true
+				continue
+			}
+			if err != nil {
+				return logs, fmt.Errorf("logs of %s: %w", p.Metadata.Name, err)
+			}
+			fmt.Fprintf(&b, "== %s\n%s", p.Metadata.Name, logs)
+		}
+		if !gone && live > 0 {
+			return b.String(), nil
+		}
+		if time.Now().After(deadline) {
+			return b.String(), fmt.Errorf("no live pod matching %s in %s for 30s", selector, ns)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
 // apply feeds a manifest to kubectl apply.
 func (e *workersEnv) apply(manifest string) {
 	e.t.Helper()
