@@ -52,25 +52,26 @@ const (
 
 // Inventory is inventory.yaml after loading: defaults filled in, validated.
 type Inventory struct {
-	Cluster           string     `yaml:"cluster"`
-	KubernetesVersion string     `yaml:"kubernetesVersion"` // "v1.36.3", or a minor "1.36" resolved by pkg/release
-	EtcdVersion       string     `yaml:"etcdVersion"`       // "v3.6.16"; default from the table per Kubernetes minor
-	ContainerdVersion string     `yaml:"containerdVersion"` // "v2.4.2"; worker versions default from workerTable
-	RuncVersion       string     `yaml:"runcVersion"`       // "v1.5.3"
-	CNIPluginsVersion string     `yaml:"cniPluginsVersion"` // "v1.10.0"
-	CrictlVersion     string     `yaml:"crictlVersion"`     // "v1.37.0"
-	TraefikVersion    string     `yaml:"traefikVersion"`    // "v3.7.13": the workers' node-local apiserver load balancer
-	Arch              string     `yaml:"arch"`              // amd64 or arm64
-	Network           Network    `yaml:"network"`
-	SSH               SSH        `yaml:"ssh"`
-	PKI               PKI        `yaml:"pki"`
-	Encryption        Encryption `yaml:"encryption"`
-	Releases          Releases   `yaml:"releases"`
-	ControlPlane      []Host     `yaml:"controlPlane"`
-	Workers           []Host     `yaml:"workers"`
-	Images            []Image    `yaml:"images"`     // image tarballs imported on every worker (air-gapped, lab)
-	Registries        []Registry `yaml:"registries"` // mirrors the workers' containerd pulls through (registries.go)
-	DNS               DNS        `yaml:"dns"`        // the CoreDNS add-on up applies when there are workers
+	Cluster           string      `yaml:"cluster"`
+	KubernetesVersion string      `yaml:"kubernetesVersion"` // "v1.36.3", or a minor "1.36" resolved by pkg/release
+	EtcdVersion       string      `yaml:"etcdVersion"`       // "v3.6.16"; default from the table per Kubernetes minor
+	ContainerdVersion string      `yaml:"containerdVersion"` // "v2.4.2"; worker versions default from workerTable
+	RuncVersion       string      `yaml:"runcVersion"`       // "v1.5.3"
+	CNIPluginsVersion string      `yaml:"cniPluginsVersion"` // "v1.10.0"
+	CrictlVersion     string      `yaml:"crictlVersion"`     // "v1.37.0"
+	TraefikVersion    string      `yaml:"traefikVersion"`    // "v3.7.13": the workers' node-local apiserver load balancer
+	Arch              string      `yaml:"arch"`              // amd64 or arm64
+	Network           Network     `yaml:"network"`
+	SSH               SSH         `yaml:"ssh"`
+	PKI               PKI         `yaml:"pki"`
+	Encryption        Encryption  `yaml:"encryption"`
+	Releases          Releases    `yaml:"releases"`
+	ControlPlane      []Host      `yaml:"controlPlane"`
+	Workers           []Host      `yaml:"workers"`
+	Images            []Image     `yaml:"images"`      // image tarballs imported on every worker (air-gapped, lab)
+	Registries        []Registry  `yaml:"registries"`  // mirrors the workers' containerd pulls through (registries.go)
+	DNS               DNS         `yaml:"dns"`         // the CoreDNS add-on up applies when there are workers
+	PodSecurity       PodSecurity `yaml:"podSecurity"` // the cluster's default Pod Security level (podsecurity.go)
 
 	// Filled in by Load; not part of the file.
 	Path     string           `yaml:"-"` // absolute path of the inventory file

@@ -97,6 +97,7 @@ func (inv *Inventory) applyDefaults() {
 	if inv.PKI.LeafValidity == 0 {
 		inv.PKI.LeafValidity = Duration(DefaultLeafValidity)
 	}
+	inv.PodSecurity.applyDefaults()
 	if inv.Encryption.Provider == "" {
 		inv.Encryption.Provider = DefaultProvider
 	}
@@ -223,6 +224,7 @@ func (l *loader) validate(inv *Inventory) {
 	l.validateFetchOn(inv)
 	l.validateHosts(inv)
 	l.validateDNS(inv)
+	l.validatePodSecurity(inv)
 	l.validateAPIServerLoadBalancer(inv)
 }
 
