@@ -462,6 +462,9 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushS
 		}
 		f, mf := files[i], m.Files[i]
 		desc := fmt.Sprintf("write %s (%04o, %s)", f.Path, f.Mode.Perm(), why)
+		if mf.Apply != "" {
+			desc += ", then " + mf.Apply
+		}
 		if sel == nil && !c.opt.ReplaceIdentity && r.Content && holdsIdentity && IsIdentity(mf.Source) &&
 			(r.Why == "missing" || mf.Source.Kind == units.SourceKey) {
 			desc = fmt.Sprintf("repair %s (%04o, %s; from the state directory: the cluster's keys do not change)", f.Path, f.Mode.Perm(), why)
@@ -491,7 +494,7 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushS
 				// succeeds and the run dies before the restart, the next
 				// run still restarts. The cache entry then spares the next
 				// plan reading the file.
-				return remote.Put(ctx, sh, f, remote.PutOptions{Markers: markers, Cache: sumsCache, AttrsOnly: attrsOnly})
+				return remote.Put(ctx, sh, f, remote.PutOptions{Markers: markers, Cache: sumsCache, AttrsOnly: attrsOnly, Then: mf.Apply})
 			}})
 	}
 	hp.writes = append(hp.writes, fetch.actions(sh)...)

@@ -398,6 +398,9 @@ type PutOptions struct {
 	// AttrsOnly fixes mode and owner in place: the content is right
 	// (Compare said Attrs), and the mtime stays.
 	AttrsOnly bool
+	// Then is a shell command run once the file is in place, in the same
+	// script (its failure fails the Put; the file stays written); "": none.
+	Then string
 }
 
 // Put makes f what it should be on h, in one command, without comparing
@@ -479,6 +482,9 @@ func put(ctx context.Context, h Host, f *File, o PutOptions) error {
 		s.WriteString("trap - EXIT\n")
 		// fsync the directory so the rename survives a crash; best effort.
 		fmt.Fprintf(&s, "sync -- %s 2>/dev/null || true\n", Quote(dir))
+	}
+	if o.Then != "" {
+		fmt.Fprintf(&s, "%s\n", o.Then)
 	}
 	if o.Cache != "" {
 		s.WriteString(cacheEntryScript(o.Cache, f))
