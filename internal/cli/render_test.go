@@ -42,8 +42,8 @@ controlPlane:
 				}
 				return nil
 			})
-			if n != 3*6+3 { // 6 rendered files per host + 3 manifests
-				t.Errorf("%d files in the tree, want 21", n)
+			if n != 3*8+3 { // 8 rendered files per host + 3 manifests
+				t.Errorf("%d files in the tree, want 27", n)
 			}
 			for _, h := range []string{"controller-1", "controller-2", "controller-3"} {
 				for _, u := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {

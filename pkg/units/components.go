@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/hashicorp/go-version"
 
@@ -136,6 +137,9 @@ type Config struct {
 	// render returns the content (nil: not on this host) and its settings
 	// with their reasons, for --explain.
 	render func(r *renderer, h inventory.Host) ([]byte, []Setting, error)
+	// apply is a command run on the host right after the file is written
+	// (systemd-sysusers for a sysusers.d file); "": none.
+	apply string
 }
 
 // Exec is the path of the binary the unit runs ("" for the pod routes,
@@ -180,7 +184,10 @@ func Components() []Component {
 				{Number: EtcdMetricsPort, Name: "metrics", Loopback: true},
 			},
 			Health: Health{Scheme: "http", Port: EtcdMetricsPort, Path: "/health"},
-			Dirs:   []Dir{{EtcdDir, ModePriv, Owner}, {EtcdDataDir, ModePriv, Owner}},
+			// Not the data dir: systemd makes it and owns its owner
+			// (StateDirectory=), and a chown of it here, under a running
+			// root etcd, would leave the files it writes next root's.
+			Dirs: []Dir{{EtcdDir, ModePriv, Owner}},
 			Files: []Copy{
 				cert(EtcdCACert, "etcd-trust-bundle"),
 				{Path: EtcdOwnCACert, Kind: SourceCert, Name: "etcd-ca", NoRestart: true, Optional: true},
@@ -188,9 +195,12 @@ func Components() []Component {
 				cert(EtcdServerCert, "etcd-server-{host}"), key(EtcdServerKey, "etcd-server-{host}"),
 				cert(EtcdPeerCert, "etcd-peer-{host}"), key(EtcdPeerKey, "etcd-peer-{host}"),
 			},
+			Configs: []Config{{Path: EtcdSysusersConf, NoRestart: true, render: renderEtcdSysusers, apply: "systemd-sysusers " + EtcdSysusersConf}},
 			unit: unitData{Description: "etcd key-value store", Documentation: "https://etcd.io/docs/",
 				After: []string{"network-online.target"}, Wants: []string{"network-online.target"},
-				Type: "notify", LimitNOFILE: 65536, EnvironmentFile: "-" + EtcdJoinEnv},
+				Type: "notify", LimitNOFILE: 65536, EnvironmentFile: "-" + EtcdJoinEnv,
+				User: EtcdUser, Group: EtcdUser, StateDirectory: strings.TrimPrefix(EtcdDataDir, "/var/lib/"), StateDirectoryMode: "0700",
+				Credentials: etcdCredentials},
 			version: etcdVersion, flags: etcdFlags,
 		},
 		{
@@ -231,7 +241,7 @@ func Components() []Component {
 				// kubeadm does, so that 'hardway state pull' finds it there.
 				{Path: FrontProxyCAKey, Kind: SourceKey, Name: "front-proxy-ca", NoRestart: true},
 			},
-			Configs: []Config{{Path: AuditPolicy, render: renderAuditPolicy}},
+			Configs: []Config{{Path: AuditPolicy, render: renderAuditPolicy}, {Path: AdmissionConfig, render: renderAdmissionConfig}},
 			Dirs:    []Dir{{KubeDir, ModePriv, Owner}, {AuditLogDir, ModePriv, Owner}},
 			// The apiserver reports READY=1 once its listeners are up and its
 			// post-start hooks ran, so 'systemctl start' waits for it.

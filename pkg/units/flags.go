@@ -129,6 +129,26 @@ func anyAddr(h inventory.Host) string {
 	return "0.0.0.0"
 }
 
+// etcdCredentials are the certificates and keys etcd reads, as systemd
+// hands them to it (LoadCredential=): etcd runs as the user etcd, and the
+// files stay root's.
+var etcdCredentials = []credential{
+	{"ca.crt", EtcdCACert},
+	{"server.crt", EtcdServerCert}, {"server.key", EtcdServerKey},
+	{"peer.crt", EtcdPeerCert}, {"peer.key", EtcdPeerKey},
+}
+
+// etcdCred is the path etcd reads credential id at: the unit's
+// credentials directory ($CREDENTIALS_DIRECTORY), which systemd fills from
+// the root-owned file at every start. Its path, not the %d specifier:
+// hardway's ExecStart lines carry no specifiers (a stray % is refused).
+func etcdCred(id string) string {
+	if !slices.ContainsFunc(etcdCredentials, func(c credential) bool { return c.ID == id }) {
+		panic("units: no etcd credential " + id)
+	}
+	return EtcdCredDir + "/" + id
+}
+
 func etcdFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 	var cluster []string
 	for _, m := range inv.ControlPlane {
@@ -144,13 +164,13 @@ func etcdFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		{"", "listen-peer-urls", etcdPeerURL(h), "serve Raft traffic from the other members"},
 		{"", "initial-cluster", strings.Join(cluster, ","), "every control-plane host is a member, over https"},
 		{"", "initial-cluster-token", inv.Cluster, "keeps members of another cluster on the same network from joining this one"},
-		{"", "cert-file", EtcdServerCert, "serving certificate for clients (etcd-server-" + h.Name + ")"},
-		{"", "key-file", EtcdServerKey, "key of the serving certificate"},
-		{"", "trusted-ca-file", EtcdCACert, "clients must present a certificate from etcd's own CA (the etcd trust bundle; a cluster made before the etcd CA: the cluster CA, until 'hardway rotate ca --which etcd')"},
+		{"", "cert-file", etcdCred("server.crt"), "serving certificate for clients (etcd-server-" + h.Name + ")"},
+		{"", "key-file", etcdCred("server.key"), "key of the serving certificate"},
+		{"", "trusted-ca-file", etcdCred("ca.crt"), "clients must present a certificate from etcd's own CA (the etcd trust bundle; a cluster made before the etcd CA: the cluster CA, until 'hardway rotate ca --which etcd')"},
 		{"", "client-cert-auth", "true", "reject clients without a certificate from the CA"},
-		{"", "peer-cert-file", EtcdPeerCert, "certificate presented to and accepted from peers (etcd-peer-" + h.Name + ")"},
-		{"", "peer-key-file", EtcdPeerKey, "key of the peer certificate"},
-		{"", "peer-trusted-ca-file", EtcdCACert, "peer certificates must be signed by etcd's own CA (the etcd trust bundle)"},
+		{"", "peer-cert-file", etcdCred("peer.crt"), "certificate presented to and accepted from peers (etcd-peer-" + h.Name + ")"},
+		{"", "peer-key-file", etcdCred("peer.key"), "key of the peer certificate"},
+		{"", "peer-trusted-ca-file", etcdCred("ca.crt"), "peer certificates must be signed by etcd's own CA (the etcd trust bundle)"},
 		{"", "peer-client-cert-auth", "true", "reject peers without a certificate from the CA"},
 		// 3.5 takes one CN only; the members' CNs are their names.
 		{">= 3.6.0", "peer-cert-allowed-cn", strings.Join(memberNames(inv), ","),
@@ -224,8 +244,22 @@ func apiserverFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		{"", "audit-log-maxage", "30", "keep rotated audit logs 30 days"},
 		{"", "audit-log-maxbackup", "10", "keep at most 10 rotated audit logs"},
 		{"", "audit-log-maxsize", "100", "rotate the audit log at 100 MB"},
+		{"", "admission-control-config-file", AdmissionConfig, "Pod Security's cluster-wide default level (inventory podSecurity; baseline unless set)"},
+		{"", "profiling", "false", "no /debug/pprof: it shows the process's internals to anyone allowed to read it, and nobody tunes the apiserver here (CIS 1.2.15)"},
+		// Without it a projected token the kubelet asked a 1 h expiry for is
+		// issued valid for a year (a safety net for clients that never
+		// reloaded tokens, before 1.21); client-go, CoreDNS and kube-proxy
+		// reload theirs.
+		{"", "service-account-extend-token-expiration", "false", "service-account tokens expire when they say they do, not a year later (CIS 1.2.30)"},
+		{"", "tls-min-version", "VersionTLS12", "no TLS 1.0 or 1.1 on 6443"},
+		{"", "tls-cipher-suites", strongCiphers, "TLS 1.2 only with forward-secret AEAD ciphers (TLS 1.3's are always on and not configurable)"},
 	}
 }
+
+// strongCiphers are TLS 1.2's ECDHE AEAD suites, the ones the CIS benchmark
+// lists as strong; Go's names, as the components' --tls-cipher-suites take.
+const strongCiphers = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305," +
+	"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305"
 
 func controllerManagerFlags(inv *inventory.Inventory) []flagDef {
 	return []flagDef{
@@ -247,6 +281,8 @@ func controllerManagerFlags(inv *inventory.Inventory) []flagDef {
 		{"", "cluster-signing-cert-file", CACert, "sign approved CSRs (kubelet certificates) with the cluster CA itself (the new one, once a rotation made it)"},
 		{"", "cluster-signing-key-file", CAKey, "key of the cluster CA, for CSR signing"},
 		{"", "service-account-private-key-file", ServiceAccountKey, "sign legacy service-account token secrets with the same key as the apiserver"},
+		{"", "profiling", "false", "no /debug/pprof (CIS 1.3.2)"},
+		{"", "terminated-pod-gc-threshold", "1000", "delete terminated pods beyond 1000, not 12500: a small cluster's etcd and pod lists stay small (CIS 1.3.1)"},
 	}
 }
 

@@ -66,6 +66,9 @@ type File struct {
 	Components []string
 	Content    []byte  // rendered content; nil when Source is set
 	Source     *Source // local file to copy; nil when rendered
+	// Apply is a command the host runs right after writing the file, in
+	// the same script (systemd-sysusers for a sysusers.d file); "": none.
+	Apply string
 }
 
 // Dir is a directory a host needs before its files are written.
@@ -136,7 +139,11 @@ func (m *Manifest) Text() []byte {
 		if len(f.Components) > 0 {
 			restart = strings.Join(f.Components, ",")
 		}
-		fmt.Fprintf(&b, "%s %04o %s restart=%s from=%s\n", f.Path, f.Mode.Perm(), f.Owner, restart, origin)
+		apply := ""
+		if f.Apply != "" {
+			apply = " then=" + strings.ReplaceAll(f.Apply, " ", "_")
+		}
+		fmt.Fprintf(&b, "%s %04o %s restart=%s from=%s%s\n", f.Path, f.Mode.Perm(), f.Owner, restart, origin, apply)
 	}
 	return []byte(b.String())
 }

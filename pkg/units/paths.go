@@ -38,6 +38,7 @@ const (
 	FrontProxyClientKey   = KubeDir + "/front-proxy-client.key"
 	EncryptionConfig      = KubeDir + "/encryption-config.yaml"
 	AuditPolicy           = KubeDir + "/audit-policy.yaml"
+	AdmissionConfig       = KubeDir + "/admission-config.yaml" // the PodSecurity plugin's cluster default
 	AdminKubeconfig       = KubeDir + "/admin.kubeconfig"
 	ControllerManagerKube = KubeDir + "/kube-controller-manager.kubeconfig"
 	SchedulerKube         = KubeDir + "/kube-scheduler.kubeconfig"
@@ -63,6 +64,13 @@ const (
 	EtcdServerKey  = EtcdDir + "/etcd-server.key"
 	EtcdPeerCert   = EtcdDir + "/etcd-peer.crt" // from etcd-peer-<host>.crt
 	EtcdPeerKey    = EtcdDir + "/etcd-peer.key"
+	// etcd runs as the system user etcd (the CIS benchmark's 1.1.12 asks
+	// its data directory be etcd:etcd); systemd-sysusers makes the user
+	// from this file. Its certificates and keys stay root's (0600, 1.1.19,
+	// 1.1.21): systemd hands the process copies (LoadCredential=).
+	EtcdUser         = "etcd"
+	EtcdSysusersConf = "/etc/sysusers.d/hardway-etcd.conf"
+	EtcdCredDir      = "/run/credentials/etcd.service" // $CREDENTIALS_DIRECTORY of etcd.service (systemd.exec(5))
 
 	Owner = "root:root" // hard-way hosts run every component as root
 )
@@ -102,9 +110,16 @@ const (
 )
 
 // File modes. Keys, kubeconfigs (they embed a client key) and the
-// encryption config (it holds the data key) are secrets.
+// encryption config (it holds the data key) are secrets. Units and
+// rendered configs hold none, but only root (systemd, the components)
+// reads them, and the CIS benchmark asks 0600 of each (the components'
+// "pod specifications" 1.1.1-1.1.7, the kubelet's unit and config 4.1.1,
+// 4.1.9, the CNI config 1.1.9): only certificates and binaries are 0644
+// and 0755.
 const (
 	ModeSecret fs.FileMode = 0o600
+	ModeUnit   fs.FileMode = 0o600
+	ModeConfig fs.FileMode = 0o600
 	ModePublic fs.FileMode = 0o644
 	ModeExec   fs.FileMode = 0o755
 	ModeDir    fs.FileMode = 0o755

@@ -76,7 +76,7 @@ func TestRegistriesConfigPath(t *testing.T) {
 			if len(f.Components) != 0 {
 				t.Errorf("%s restarts %v: containerd reads it at every pull", f.Path, f.Components)
 			}
-			if f.Mode != ModePublic || f.Source != nil {
+			if f.Mode != ModeConfig || f.Source != nil {
 				t.Errorf("%s: mode %v source %v", f.Path, f.Mode, f.Source)
 			}
 		}

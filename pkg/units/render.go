@@ -46,6 +46,23 @@ type unitData struct {
 	Delegate  bool
 	KillMode  string
 	Unlimited []string // LimitNPROC, LimitCORE, TasksMax: =infinity
+	// User and Group the daemon runs as; "": root. StateDirectory is its
+	// directory under /var/lib, which systemd makes and, when its owner is
+	// not User (a host etcd ran on as root), chowns recursively at start,
+	// with the daemon stopped.
+	User, Group        string
+	StateDirectory     string
+	StateDirectoryMode string
+	// Credentials are files systemd reads as root at start and hands the
+	// daemon as copies in its credentials directory: keys stay root:root
+	// 0600 though the daemon is not root.
+	Credentials []credential
+}
+
+// credential is one LoadCredential= line: ID names the copy in the
+// credentials directory, Path is the root-owned file.
+type credential struct {
+	ID, Path string
 }
 
 // envVar is one Environment= line of a unit, with why it is there.
@@ -129,6 +146,36 @@ func renderAuditPolicy(r *renderer, _ inventory.Host) ([]byte, []Setting, error)
 	return b, nil, err
 }
 
+// renderEtcdSysusers declares the system user etcd runs as, for
+// systemd-sysusers: the file's apply runs it when the file is written, and
+// systemd-sysusers.service reads it at boot.
+func renderEtcdSysusers(*renderer, inventory.Host) ([]byte, []Setting, error) {
+	const home = EtcdDataDir
+	b := "# Rendered by hardway: the system user etcd runs as (User=" + EtcdUser + " in etcd.service).\n" +
+		"# hardway runs 'systemd-sysusers " + EtcdSysusersConf + "' when it writes this file.\n" +
+		"u " + EtcdUser + " - \"etcd (hardway)\" " + home + "\n"
+	return []byte(b), []Setting{{File: EtcdSysusersConf, Key: "u " + EtcdUser, Value: home,
+		Reason: "a system user and group etcd, home " + home + ", no login shell: what etcd runs as"}}, nil
+}
+
+// renderAdmissionConfig is the apiserver's --admission-control-config-file:
+// the PodSecurity plugin's defaults from the inventory's podSecurity.
+func renderAdmissionConfig(r *renderer, _ inventory.Host) ([]byte, []Setting, error) {
+	p := r.inv.PodSecurity
+	exempt := p.ExemptNamespaces
+	if exempt == nil {
+		exempt = []string{}
+	}
+	settings := []Setting{
+		{File: AdmissionConfig, Key: "PodSecurity.defaults.enforce", Value: p.Enforce, Reason: "the level a namespace without its own pod-security.kubernetes.io/enforce label enforces (inventory podSecurity.enforce)"},
+		{File: AdmissionConfig, Key: "PodSecurity.defaults.warn", Value: p.Enforce, Reason: "kubectl warns of what enforce refuses, e.g. a Deployment whose pods would be refused"},
+		{File: AdmissionConfig, Key: "PodSecurity.defaults.audit", Value: inventory.PodSecurityRestricted, Reason: "the audit log marks every pod that restricted would refuse, for tightening later"},
+		{File: AdmissionConfig, Key: "PodSecurity.exemptions.namespaces", Value: exempt, Reason: "namespaces no level applies to (inventory podSecurity.exemptNamespaces)"},
+	}
+	b, err := r.execute("admission-config.yaml.tmpl", map[string]any{"Enforce": p.Enforce, "Audit": inventory.PodSecurityRestricted, "Exempt": exempt})
+	return b, settings, err
+}
+
 // host renders the manifest of host h, which runs the components of role.
 func (r *renderer) host(h inventory.Host, role Role) (Manifest, error) {
 	m := Manifest{Host: h.Name, Role: role, Flags: map[string][]Flag{}, Settings: map[string][]Setting{}, Versions: map[string]string{}}
@@ -178,8 +225,17 @@ func (r *renderer) host(h inventory.Host, role Role) (Manifest, error) {
 			for _, e := range d.Environment {
 				m.Settings[c.Name] = append(m.Settings[c.Name], Setting{File: UnitPath(c.Name), Key: "Environment." + e.Name, Value: e.Value, Reason: e.Reason})
 			}
+			if d.User != "" {
+				m.Settings[c.Name] = append(m.Settings[c.Name],
+					Setting{File: UnitPath(c.Name), Key: "User", Value: d.User, Reason: "not root: a flaw in the daemon is not root's (the user comes from " + EtcdSysusersConf + ")"},
+					Setting{File: UnitPath(c.Name), Key: "StateDirectory", Value: d.StateDirectory, Reason: "systemd makes /var/lib/" + d.StateDirectory + " (" + d.StateDirectoryMode + ") owned by the user, and chowns a root-owned one (a restore's, a host etcd ran on as root) with the daemon stopped"})
+			}
+			for _, cr := range d.Credentials {
+				m.Settings[c.Name] = append(m.Settings[c.Name], Setting{File: UnitPath(c.Name), Key: "LoadCredential." + cr.ID, Value: cr.Path,
+					Reason: "systemd reads the root-owned file at start and gives the daemon a copy in its credentials directory (" + EtcdCredDir + "/" + cr.ID + ")"})
+			}
 		}
-		if err := add(File{Path: UnitPath(c.Name), Mode: ModePublic, Owner: Owner, Components: []string{c.Name}, Content: b}); err != nil {
+		if err := add(File{Path: UnitPath(c.Name), Mode: ModeUnit, Owner: Owner, Components: []string{c.Name}, Content: b}); err != nil {
 			return m, err
 		}
 		configs := c.Configs
@@ -199,7 +255,7 @@ func (r *renderer) host(h inventory.Host, role Role) (Manifest, error) {
 			if !cf.NoRestart {
 				comps = []string{c.Name}
 			}
-			if err := add(File{Path: cf.Path, Mode: ModePublic, Owner: Owner, Components: comps, Content: b}); err != nil {
+			if err := add(File{Path: cf.Path, Mode: ModeConfig, Owner: Owner, Components: comps, Content: b, Apply: cf.apply}); err != nil {
 				return m, err
 			}
 		}

@@ -227,11 +227,12 @@ func TestRenderedContent(t *testing.T) {
 						checkUnit(t, m.Host+":"+f.Path, f.Content)
 					}
 				}
-				// Control plane: 4 units, scheduler config, audit policy, routes;
+				// Control plane: 4 units, scheduler config, audit policy,
+				// admission config, etcd's sysusers.d file, routes;
 				// workers: 4 units (the node-local load balancer too), containerd,
 				// modules, sysctl, crictl, kubelet, the bridge CNI config (no
 				// loopback config), the load balancer's config, routes.
-				if want := map[Role]int{ControlPlane: 7, Worker: 12}[m.Role]; rendered != want {
+				if want := map[Role]int{ControlPlane: 9, Worker: 12}[m.Role]; rendered != want {
 					t.Errorf("%s: %d rendered files, want %d", m.Host, rendered, want)
 				}
 				if m.Role == Worker {
@@ -313,6 +314,19 @@ func flagPathsInManifest(t *testing.T, m Manifest) {
 	for _, d := range m.Dirs {
 		dirs[d.Path] = true
 	}
+	// What a unit has systemd make: its StateDirectory, and the copies of
+	// its credentials (each from a file the manifest must hold).
+	creds := map[string]string{}
+	for _, settings := range m.Settings {
+		for _, s := range settings {
+			if s.Key == "StateDirectory" {
+				dirs["/var/lib/"+s.Value.(string)] = true
+			}
+			if id, ok := strings.CutPrefix(s.Key, "LoadCredential."); ok {
+				creds[EtcdCredDir+"/"+id] = s.Value.(string)
+			}
+		}
+	}
 	for c, settings := range m.Settings {
 		for _, s := range settings {
 			// containerd makes its own root, state dir and socket.
@@ -329,6 +343,12 @@ func flagPathsInManifest(t *testing.T, m Manifest) {
 				continue
 			}
 			if _, ok := m.File(f.Value); ok || dirs[f.Value] {
+				continue
+			}
+			if src, ok := creds[f.Value]; ok {
+				if _, ok := m.File(src); !ok {
+					t.Errorf("%s: %s --%s=%s: the credential's file %s is not in the manifest", m.Host, c, f.Name, f.Value, src)
+				}
 				continue
 			}
 			if f.Name == "audit-log-path" && dirs[AuditLogDir] && strings.HasPrefix(f.Value, AuditLogDir+"/") {
@@ -356,8 +376,11 @@ func TestManifestModes(t *testing.T) {
 	}
 	for _, m := range ms[2:4] {
 		for _, f := range m.Files {
-			want := ModePublic
+			want := ModePublic // certificates, public keys, image tarballs
 			switch {
+			case f.Source == nil:
+				// Rendered: units and configs, 0600 as the CIS benchmark asks.
+				want = ModeConfig
 			case f.Source != nil && f.Source.Kind == SourceBinary && !strings.HasPrefix(f.Path, ImageDir+"/"):
 				want = ModeExec
 			case f.Source != nil && (f.Source.Kind == SourceKey || f.Source.Kind == SourceKubeconfig || f.Source.Kind == SourceEncryptionConfig):
@@ -396,8 +419,21 @@ func TestManifestModes(t *testing.T) {
 			t.Errorf("%s: source %v, want %s", tc.path, f.Source, tc.src)
 		}
 	}
-	if d := ms[0].Dirs; !slices.Contains(d, Dir{EtcdDataDir, 0o700, Owner}) {
-		t.Errorf("dirs %v lack %s 0700", d, EtcdDataDir)
+	// etcd's data dir is systemd's to make and own (StateDirectory=):
+	// etcd:etcd 0700, which a Dir here would fight.
+	if d := ms[0].Dirs; slices.ContainsFunc(d, func(d Dir) bool { return d.Path == EtcdDataDir }) {
+		t.Errorf("dirs %v hold %s", d, EtcdDataDir)
+	}
+	unit, _ := ms[0].File(UnitPath(Etcd))
+	for _, line := range []string{"User=etcd", "Group=etcd", "StateDirectory=etcd", "StateDirectoryMode=0700", "LoadCredential=server.key:" + EtcdServerKey} {
+		if !slices.Contains(strings.Split(string(unit.Content), "\n"), line) {
+			t.Errorf("etcd.service lacks %s:\n%s", line, unit.Content)
+		}
+	}
+	for _, f := range ms[0].Files {
+		if strings.HasPrefix(f.Path, EtcdDir+"/") && f.Owner != Owner {
+			t.Errorf("%s is %s: etcd's keys stay root's (it gets copies)", f.Path, f.Owner)
+		}
 	}
 }
 

@@ -28,6 +28,7 @@ const (
 	KubeletHealthzPort   = 10248 // plain HTTP /healthz, loopback only
 	KubeProxyHealthzPort = 10256 // plain HTTP /healthz
 	KubeProxyMetricsPort = 10249 // loopback only
+	KubeletReadOnlyPort  = 10255 // the unauthenticated read-only API: off (readOnlyPort: 0); verify checks it stays closed
 )
 
 const (
@@ -443,6 +444,8 @@ func renderKubeletConfig(r *renderer, h inventory.Host) ([]byte, []Setting, erro
 	defs = append(defs,
 		settingDef{"", "", "tlsCertFile", KubeletCert, "serving certificate signed by the cluster CA with the node's name and addresses: the apiserver's --kubelet-certificate-authority verifies it"},
 		settingDef{"", "", "tlsPrivateKeyFile", KubeletKey, "key of the serving certificate"},
+		settingDef{"", "", "tlsMinVersion", "VersionTLS12", "no TLS 1.0 or 1.1 on 10250"},
+		settingDef{"", "", "tlsCipherSuites", strings.Split(strongCiphers, ","), "TLS 1.2 only with forward-secret AEAD ciphers, as the apiserver (CIS 4.2.12)"},
 	)
 	if h.ContainerHost {
 		// The field exists from 1.31 (its default turned true in 1.35).
