@@ -57,6 +57,7 @@ func (c *Cluster) Checks() []verify.Check {
 		verify.Check{Name: "versions", Doc: "components within the version skew policy", Run: c.checkVersions},
 	)
 	checks = append(checks, c.WorkerChecks()...)
+	checks = append(checks, c.SecurityChecks()...)
 	checks = append(checks, c.DNSChecks()...)
 	checks = append(checks,
 		verify.Check{Name: "nodes", Doc: "NotReady nodes with the reason, pods Pending behind the not-ready taint, Calico IPPools that differ from podCIDR", Run: c.checkNodes},
