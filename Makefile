@@ -6,7 +6,7 @@ GO     ?= go
 BIN    := bin/hardway
 export HARDWAY_MIRROR ?= /var/tmp/hardway/mirror
 
-.PHONY: build setup lint mirror unit e2e test demo bench bench-up bench-scale bench-backup bench-upgrade conformance-build conformance-images conformance cis-build fuzz clean
+.PHONY: build setup lint mirror unit e2e test demo bench bench-up bench-scale bench-backup bench-upgrade conformance-build conformance-images conformance cis-build cis fuzz clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/hardway
@@ -40,7 +40,7 @@ unit: setup mirror
 # side by side, two at a time (own lab prefixes and /24s).
 # The summary lines go to the terminal; on a failure, every failing test's whole message too (the
 # lines under each `_test.go:` line of a test that failed), since CI keeps only what was printed.
-e2e: setup build mirror conformance-build conformance-images
+e2e: setup build mirror conformance-build conformance-images cis-build
 	@HARDWAY_E2E_PARALLEL=1 $(GO) test -count=1 -p 1 -timeout 75m -v ./tests/... 2>&1 | tee /tmp/hardway-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:'; \
 	rc=$${PIPESTATUS[0]}; [ $$rc -eq 0 ] || bash hack/e2e-failures.sh /tmp/hardway-e2e.log; exit $$rc
 
@@ -67,6 +67,15 @@ conformance-build: setup mirror
 # Cold ~2-4 min on 2 cores; warm: seconds.
 cis-build: setup
 	bash hack/cis/build.sh
+
+# kube-bench on every host of the lab `make demo` made (LAB_DIR, default lab/): one JSON per host
+# and a summary line per host in $HARDWAY_CIS_RESULTS (default /var/tmp/hardway/cis-results/<time>).
+# TestWorkers runs the same on its own lab and fails on any FAIL.
+LAB_DIR ?= lab
+cis: setup cis-build
+	@[ -s $(LAB_DIR)/ssh_config ] || { echo "no lab in $(LAB_DIR)/ (make demo makes one; LAB_DIR=DIR for another)"; exit 1; }
+	bash hack/cis/run.sh -F $(LAB_DIR)/ssh_config -k $(LAB_DIR)/.hardway/kubeconfigs/admin.kubeconfig \
+	  $$(awk '$$1 == "Host" && $$2 != "*" {print $$2}' $(LAB_DIR)/ssh_config)
 
 # The suite's images, made with no registry (root: debootstrap); cached like the mirror.
 conformance-images: setup conformance-build
