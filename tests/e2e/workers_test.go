@@ -372,6 +372,7 @@ func TestWorkers(t *testing.T) {
 		}
 	})
 
+	e.cisScenarios(t)
 	e.hostFetchScenarios(t)
 	e.dnsSmokeScenarios(t)
 	e.lostControllerScenarios(t)
