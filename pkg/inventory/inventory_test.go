@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -126,6 +127,8 @@ func TestValidationRules(t *testing.T) {
 		{"negative", "pki:\n  leafValidity: -5d\n" + good, "2:17: pki.leafValidity: must be positive"},
 		{"endpoint", "network:\n  apiServerEndpoint: \"a b:x\"\n" + good, "2:22: network.apiServerEndpoint: \"a b:x\" is not a host[:port]"},
 		{"duplicate key", "cluster: a\ncluster: b\n" + good, "2:1: cluster: key appears twice"},
+		{"pod security level", "podSecurity:\n  enforce: strict\n" + good, "2:12: podSecurity.enforce: \"strict\" is not a Pod Security level (hint: one of privileged, baseline (the default), restricted)"},
+		{"exempt namespace", "podSecurity:\n  exemptNamespaces: [kube-system, Bad_NS]\n" + good, "2:35: podSecurity.exemptNamespaces[1]: \"Bad_NS\" is not a namespace name"},
 		{"not yaml", "controlPlane: [\n", "1:1: "},
 		{"empty", "", "1:1: the inventory must be a YAML mapping"},
 		{"cluster name", strings.Replace(good, "cluster: lab", "cluster: My Lab", 1), "1:10: cluster: \"My Lab\" is not a valid name"},
@@ -258,4 +261,30 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("error without the inventory exit code: %v", err)
 		}
 	})
+}
+
+// podSecurity left out is baseline with kube-system exempt; an explicit
+// empty list exempts no namespace.
+func TestPodSecurityDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		src     string
+		enforce string
+		exempt  []string
+	}{
+		{good, PodSecurityBaseline, []string{"kube-system"}},
+		{"podSecurity:\n  enforce: restricted\n" + good, PodSecurityRestricted, []string{"kube-system"}},
+		{"podSecurity:\n  exemptNamespaces: []\n" + good, PodSecurityBaseline, []string{}},
+	} {
+		p := filepath.Join(t.TempDir(), "inventory.yaml")
+		if err := os.WriteFile(p, []byte(tc.src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		inv, err := Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps := inv.PodSecurity; ps.Enforce != tc.enforce || ps.ExemptNamespaces == nil || !slices.Equal(ps.ExemptNamespaces, tc.exempt) {
+			t.Errorf("%q: %+v", tc.src[:20], ps)
+		}
+	}
 }

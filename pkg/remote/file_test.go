@@ -407,6 +407,33 @@ func (c *counting) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte
 // file in the stat cache: the next Inspect of the converged files is one
 // command (no hashing), and sees a same-size edit again. Inspect reports
 // directories' modes and owners in the same command.
+// Then runs once the file is in place, in the same command; its failure
+// fails the Put and the file stays written.
+func TestPutThen(t *testing.T) {
+	h, _ := connect(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	f := remote.File{Path: filepath.Join(dir, "sysusers.conf"), Mode: 0o600, Data: []byte("u etcd -\n")}
+	if err := f.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	ch := &counting{Host: h}
+	copyTo := filepath.Join(dir, "applied")
+	if err := remote.Put(ctx, ch, f, remote.PutOptions{Then: "cp " + remote.Quote(f.Path) + " " + remote.Quote(copyTo)}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(copyTo); err != nil || string(b) != "u etcd -\n" || ch.n != 1 {
+		t.Fatalf("then saw %q (%v) in %d commands", b, err, ch.n)
+	}
+	err := remote.Put(ctx, h, f, remote.PutOptions{Then: "echo sysusers failed >&2; exit 3"})
+	if err == nil || !strings.Contains(err.Error(), "sysusers failed") {
+		t.Fatalf("a failing then: %v", err)
+	}
+	if b, _ := os.ReadFile(f.Path); string(b) != "u etcd -\n" {
+		t.Fatalf("the file after a failing then: %q", b)
+	}
+}
+
 func TestPutAndInspect(t *testing.T) {
 	h, _ := connect(t)
 	ctx := context.Background()
