@@ -79,8 +79,10 @@ if ! kube_bench_ok; then
   # The benchmarks as released, with modes of their own (the module cache's are read-only).
   cp -R "$w/src/cfg" "$w/out/cfg"
   find "$w/out/cfg" -type d -exec chmod 0755 {} + && find "$w/out/cfg" -type f -exec chmod 0644 {} +
-  { [ -s "$w/out/cfg/config.yaml" ] && [ -s "$w/out/cfg/$CIS_BENCHMARK/master.yaml" ]; } ||
-    die "kube-bench $KUBE_BENCH_VERSION: no cfg/config.yaml or cfg/$CIS_BENCHMARK"
+  [ -s "$w/out/cfg/config.yaml" ] || die "kube-bench $KUBE_BENCH_VERSION: no cfg/config.yaml"
+  for m in $CIS_BENCHMARKS; do
+    [ -s "$w/out/cfg/${m#*=}/master.yaml" ] || die "kube-bench $KUBE_BENCH_VERSION: no cfg/${m#*=} (CIS_BENCHMARKS has $m)"
+  done
 
   mkdir -p "$OUT"
   rm -rf "$OUT/.cfg.tmp" "$OUT/.cfg.old"

@@ -8,8 +8,9 @@
 #   <results>/fail.txt       one line per failed check: host, check, scored or not, its text
 #
 # Each host gets a bundle in a temporary directory, removed when the run ends: kube-bench, jq
-# (gojq), hardway's config (hack/cis/config.yaml) and hardway-cis-1.12, the benchmark with the
-# audits that name kubeadm's files pointed at hardway's (hack/cis/benchmark). Control-plane
+# (gojq), hardway's config (hack/cis/config.yaml) and hardway-cis-1.11 and -1.12, the benchmarks
+# with the audits that name kubeadm's files pointed at hardway's (hack/cis/benchmark); host.sh
+# picks the one for the host's Kubernetes minor (versions.sh, CIS_BENCHMARKS). Control-plane
 # hosts run --targets master,etcd,controlplane,policies, workers --targets node (host.sh says
 # which from the units). Nothing on a host is changed.
 #
@@ -33,7 +34,6 @@ GOARCH=${GOARCH:-$(go env GOARCH)}
 MIRROR=${HARDWAY_MIRROR:-/var/tmp/hardway/mirror}
 KB=$MIRROR/kube-bench/$KUBE_BENCH_VERSION/$GOOS/$GOARCH
 JQ=$MIRROR/gojq/$GOJQ_VERSION/$GOOS/$GOARCH
-BENCHMARK=hardway-$CIS_BENCHMARK
 
 log() { echo "[cis $(date +%T)] $*" >&2; }
 die() { echo "cis: $*" >&2; exit 1; }
@@ -76,7 +76,13 @@ install -m 0644 "$HERE/config.yaml" "$bundle/cfg/config.yaml"
 # (/etc/kubernetes/admin.conf, /etc/kubernetes/pki/) pointed at hardway's, 1.1.13/1.1.14 passing on
 # a host without an admin kubeconfig, and 1.4.1 reading the scheduler's config file, whose
 # enableProfiling is what counts under --config. A release whose text differs stops the run.
-(cd "$TOP" && go run ./hack/cis/benchmark "$KB/cfg/$CIS_BENCHMARK" "$bundle/cfg/$BENCHMARK")
+# host.sh picks one by the host's Kubernetes minor from the bundle's benchmarks file.
+(cd "$TOP" && go build -o "$tmp/benchmark" ./hack/cis/benchmark)
+for m in $CIS_BENCHMARKS; do
+  b=${m#*=}
+  [ -d "$bundle/cfg/hardway-$b" ] || "$tmp/benchmark" "$KB/cfg/$b" "$bundle/cfg/hardway-$b"
+  echo "${m%%=*} hardway-$b" >> "$bundle/benchmarks"
+done
 if [ -n "$only_bundle" ]; then
   trap - EXIT
   echo "$bundle"
@@ -94,7 +100,7 @@ fi
 # One ssh per host: the bundle goes in on stdin, the JSON comes back on stdout; the remote trap
 # removes the directory however the run ends.
 # shellcheck disable=SC2016 # expanded on the host
-remote='d=$(mktemp -d /tmp/hardway-cis.XXXXXX) && trap '\''rm -rf "$d"'\'' EXIT && tar -C "$d" -xf - && sh "$d/host.sh" "$d" '"$BENCHMARK"
+remote='d=$(mktemp -d /tmp/hardway-cis.XXXXXX) && trap '\''rm -rf "$d"'\'' EXIT && tar -C "$d" -xf - && sh "$d/host.sh" "$d"'
 failed=()
 for h in "$@"; do
   src=$bundle
@@ -102,7 +108,7 @@ for h in "$@"; do
   if [ -n "$kubeconfig" ] && ssh -F "$ssh_config" -n "$h" test -e /etc/systemd/system/kube-apiserver.service; then
     src=$tmp/with-kubeconfig
   fi
-  log "$h: kube-bench $KUBE_BENCH_VERSION $BENCHMARK"
+  log "$h: kube-bench $KUBE_BENCH_VERSION"
   if tar --owner=0 --group=0 -C "$src" -cf - . | ssh -F "$ssh_config" "$h" "$remote" >"$results/$h.json.tmp" 2>"$results/$h.log" &&
      [ -s "$results/$h.json.tmp" ]; then
     mv -f "$results/$h.json.tmp" "$results/$h.json"
