@@ -227,7 +227,7 @@ func (c *Cluster) lbPool(ctx context.Context, out ...string) error {
 			want[net.JoinHostPort(h.IP(), strconv.Itoa(units.APIServerPort))] = true
 		}
 	}
-	f := remote.File{Path: units.APIServerLBConfig, Mode: units.ModePublic, Owner: "root", Group: "root", Data: data}
+	f := remote.File{Path: units.APIServerLBConfig, Mode: units.ModeConfig, Owner: "root", Group: "root", Data: data}
 	if err := f.Prepare(); err != nil {
 		return err
 	}

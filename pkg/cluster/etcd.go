@@ -165,7 +165,7 @@ func (c *Cluster) join(ctx context.Context, h inventory.Host, sh remote.Host, ol
 	env := "# Written by hardway up when this host joined the existing etcd cluster as a\n" +
 		"# replacement member. etcd ignores it once " + units.EtcdDataDir + " holds data.\n" +
 		"ETCD_INITIAL_CLUSTER_STATE=existing\n"
-	if _, err := remote.WriteFile(ctx, sh, remote.File{Path: units.EtcdJoinEnv, Mode: 0o644, Data: []byte(env)}); err != nil {
+	if _, err := remote.WriteFile(ctx, sh, remote.File{Path: units.EtcdJoinEnv, Mode: units.ModeConfig, Data: []byte(env)}); err != nil {
 		return err
 	}
 	if err := remote.DaemonReload(ctx, sh); err != nil {
