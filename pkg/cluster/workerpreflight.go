@@ -6,11 +6,17 @@ import (
 )
 
 // workerFactsScript prints what a worker needs from its host: the cgroup
-// version (the filesystem type of /sys/fs/cgroup) and which tools exist.
+// version (the filesystem type of /sys/fs/cgroup), which tools exist, how
+// many swap areas are on, and whether /etc/resolv.conf is systemd-resolved's
+// stub (and the real list beside it).
 const workerFactsScript = `echo "cgroupfs $(stat -fc %T /sys/fs/cgroup 2>/dev/null || echo missing)"
 for t in ip iptables iptables-restore iptables-save nft conntrack; do
   if command -v $t >/dev/null 2>&1; then echo "tool $t yes"; else echo "tool $t no"; fi
 done
+echo "swap $(tail -n +2 /proc/swaps 2>/dev/null | wc -l)"
+if grep -qs '^nameserver 127\.0\.0\.53' /etc/resolv.conf; then
+  if [ -s /run/systemd/resolve/resolv.conf ]; then echo "resolv stub upstream"; else echo "resolv stub"; fi
+else echo "resolv ok"; fi
 `
 
 // workerTools says which tool each need requires, and which Debian package
@@ -49,7 +55,7 @@ func (c *Cluster) k8sMinor() int {
 // stop up) and warnings.
 func workerFactProblems(out string, containerHost bool, mode string, bridge bool, minor int) (problems, warnings []string) {
 	have := map[string]bool{}
-	fs := ""
+	fs, swaps, resolv := "", "0", []string{"ok"}
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
 		switch {
@@ -57,7 +63,27 @@ func workerFactProblems(out string, containerHost bool, mode string, bridge bool
 			fs = f[1]
 		case len(f) == 3 && f[0] == "tool":
 			have[f[1]] = f[2] == "yes"
+		case len(f) == 2 && f[0] == "swap":
+			swaps = f[1]
+		case len(f) >= 2 && f[0] == "resolv":
+			resolv = f[1:]
 		}
+	}
+	if swaps != "0" {
+		// The kubelet exits at start with swap on (failSwapOn, its default).
+		msg := fmt.Sprintf("swap is on (%s in /proc/swaps): the kubelet does not start with swap", swaps)
+		if containerHost {
+			warnings = append(warnings, msg+" (a container host's swap is its machine's)")
+		} else {
+			problems = append(problems, msg+" (hint: 'swapoff -a' now, and remove the swap entry from /etc/fstab, or mask the swap or zram unit, so that it stays off after a reboot)")
+		}
+	}
+	if resolv[0] == "stub" {
+		hint := "point /etc/resolv.conf at the resolver's real list: ln -sf /run/systemd/resolve/resolv.conf /etc/resolv.conf (systemd-resolved keeps working)"
+		if len(resolv) < 2 {
+			hint = "systemd-resolved writes no /run/systemd/resolve/resolv.conf here: give the host a resolv.conf that names its real DNS servers"
+		}
+		warnings = append(warnings, "/etc/resolv.conf names systemd-resolved's stub 127.0.0.53, which answers on the host alone: pods with dnsPolicy Default get a resolver they cannot reach, and the others the host's search list through it (hint: "+hint+")")
 	}
 	switch {
 	case fs == "cgroup2fs":

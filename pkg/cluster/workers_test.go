@@ -136,6 +136,26 @@ func TestWorkerFactProblems(t *testing.T) {
 	if p, _ := workerFactProblems(noNft, false, "nftables", false, 36); len(p) != 1 || !strings.Contains(p[0], "nft (for kube-proxy in nftables mode)") || strings.Contains(p[0], "iptables") {
 		t.Fatalf("nftables mode, cni none: %v", p)
 	}
+	// Swap stops the kubelet: a problem on a real host, a warning on a
+	// container host (the swap is its machine's); no swap line (an older
+	// hardway's script) is no swap.
+	if p, w := workerFactProblems(all+"swap 0\nresolv ok\n", false, "iptables", true, 36); len(p)+len(w) != 0 {
+		t.Fatalf("no swap, a real resolv.conf: %v %v", p, w)
+	}
+	if p, _ := workerFactProblems(all+"swap 2\n", false, "iptables", true, 36); len(p) != 1 || !strings.Contains(p[0], "swap is on (2 in /proc/swaps)") || !strings.Contains(p[0], "swapoff -a") {
+		t.Fatalf("swap on a real host: %v", p)
+	}
+	if p, w := workerFactProblems(all+"swap 1\n", true, "iptables", true, 36); len(p) != 0 || len(w) != 1 {
+		t.Fatalf("swap on a container host: %v %v", p, w)
+	}
+	// systemd-resolved's stub: a warning naming the real file, or, without
+	// it, what to give the host.
+	if _, w := workerFactProblems(all+"resolv stub upstream\n", false, "iptables", true, 36); len(w) != 1 || !strings.Contains(w[0], "ln -sf /run/systemd/resolve/resolv.conf /etc/resolv.conf") {
+		t.Fatalf("resolved stub: %v", w)
+	}
+	if _, w := workerFactProblems(all+"resolv stub\n", false, "iptables", true, 36); len(w) != 1 || !strings.Contains(w[0], "writes no /run/systemd/resolve/resolv.conf") {
+		t.Fatalf("resolved stub without its real list: %v", w)
+	}
 	// ... but the bridge CNI's egress masquerade rule needs iptables.
 	if p, _ := workerFactProblems(noNft, false, "nftables", true, 36); len(p) != 1 || !strings.Contains(p[0], "iptables (for the pods' egress masquerade rule") || strings.Contains(p[0], "iptables-restore") {
 		t.Fatalf("nftables mode, cni bridge: %v", p)
