@@ -19,6 +19,7 @@ lint: setup
 	$(GO) vet ./...
 	bin/staticcheck ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit the result"; exit 1; }
+	$(GO) run ./hack/doccheck
 
 # etcd and Kubernetes built from source through the Go module proxy, laid out
 # like the official download sites. Cold ~15-30 min on 2 cores; warm: seconds.
