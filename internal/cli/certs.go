@@ -97,7 +97,10 @@ func (a *App) newCertsCheckCmd() *cobra.Command {
 certificate table like kubeadm's 'certs check-expiration', for the whole table:
 
   - present, readable, its key next to it and matching
-  - signed by its CA (front-proxy-client by front-proxy-ca, the rest by ca)
+  - signed by its CA: front-proxy-client by front-proxy-ca; etcd's server and
+    peer certificates and the apiservers' etcd client certificate by etcd-ca
+    (by ca in a state directory made before etcd had a CA of its own); the
+    rest by ca
   - CN, O and key usages as the table says
   - SANs covering the inventory (every host name and address it should name)
   - not expired; inside the renewal window (the last third of its lifetime,
