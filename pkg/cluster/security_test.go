@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,6 +47,8 @@ func TestAuditVerdict(t *testing.T) {
 func TestCheckPodSecurity(t *testing.T) {
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "hardway-verify-privileged",
 		errString(`violates PodSecurity "baseline:latest": privileged (container "probe" must not set securityContext.privileged=true)`))
+	defer func(d time.Duration) { saWait = d }(saWait)
+	saWait = 2 * time.Second
 	for _, tc := range []struct {
 		name    string
 		level   string
@@ -53,12 +56,14 @@ func TestCheckPodSecurity(t *testing.T) {
 		nsLabel string
 		status  verify.Status
 		msg     string
+		noSA    bool
 	}{
-		{"refused under baseline", inventory.PodSecurityBaseline, forbidden, "", verify.Pass, "refused (baseline)"},
-		{"admitted under baseline", inventory.PodSecurityBaseline, nil, "", verify.Fail, "admitted: Pod Security does not enforce baseline"},
-		{"admitted by the namespace's label", inventory.PodSecurityRestricted, nil, "privileged", verify.Warn, `enforces "privileged" by its own label`},
-		{"privileged on purpose", inventory.PodSecurityPrivileged, nil, "", verify.Pass, "refuses nothing by default"},
-		{"another refusal", inventory.PodSecurityBaseline, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", errString("quota")), "", verify.Fail, "dry-run create"},
+		{name: "a cluster just made, no default ServiceAccount yet", level: inventory.PodSecurityBaseline, noSA: true, status: verify.Warn, msg: "not checked: namespace default has no default ServiceAccount yet"},
+		{"refused under baseline", inventory.PodSecurityBaseline, forbidden, "", verify.Pass, "refused (baseline)", false},
+		{"admitted under baseline", inventory.PodSecurityBaseline, nil, "", verify.Fail, "admitted: Pod Security does not enforce baseline", false},
+		{"admitted by the namespace's label", inventory.PodSecurityRestricted, nil, "privileged", verify.Warn, `enforces "privileged" by its own label`, false},
+		{"privileged on purpose", inventory.PodSecurityPrivileged, nil, "", verify.Pass, "refuses nothing by default", false},
+		{"another refusal", inventory.PodSecurityBaseline, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", errString("quota")), "", verify.Fail, "dry-run create", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inv := withWorkers(t, 1)
@@ -68,7 +73,11 @@ func TestCheckPodSecurity(t *testing.T) {
 			if tc.nsLabel != "" {
 				ns.Labels = map[string]string{"pod-security.kubernetes.io/enforce": tc.nsLabel}
 			}
-			api := fake.NewClientset(ns)
+			objs := []runtime.Object{ns}
+			if !tc.noSA {
+				objs = append(objs, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "default"}})
+			}
+			api := fake.NewClientset(objs...)
 			var dryRun []string
 			api.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 				dryRun = a.(k8stesting.CreateActionImpl).CreateOptions.DryRun
@@ -78,6 +87,12 @@ func TestCheckPodSecurity(t *testing.T) {
 			rs := c.checkPodSecurity(context.Background())
 			if len(rs) != 1 || rs[0].Status != tc.status || !strings.Contains(rs[0].Message, tc.msg) || rs[0].Check != CheckPodSecurity {
 				t.Fatalf("%+v, want %s %q", rs, tc.status, tc.msg)
+			}
+			if tc.noSA {
+				if dryRun != nil {
+					t.Errorf("the probe was sent before the ServiceAccount existed")
+				}
+				return
 			}
 			if len(dryRun) != 1 || dryRun[0] != metav1.DryRunAll {
 				t.Errorf("the probe was not a dry run: %v", dryRun)
