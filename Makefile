@@ -96,16 +96,16 @@ conformance: setup build mirror conformance-build conformance-images
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./pkg/inventory/
 
-# Figures for the README, measured side by side in one run.
+# The figures of docs/benchmarks.md, measured side by side in one run.
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./pkg/pki ./pkg/release ./pkg/remote ./pkg/units
 
-# Issue 7's figures: cold and no-op `hardway up` against the tutorial's
+# The up figures: cold and no-op `hardway up` against the tutorial's
 # scp + systemctl, on two sets of fresh lab hosts (root).
 bench-up: setup build mirror
 	bash hack/bench-up.sh
 
-# Issue 16's scale figures only: 3 controllers + 1, 3 and 9 workers (root).
+# The scale figures only: 3 controllers + 1, 3 and 9 workers (root).
 bench-scale: setup build mirror
 	SCALE=1 bash hack/bench-up.sh
 

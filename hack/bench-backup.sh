@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/bench-backup.sh: the figures of issue 11, side by side in one run, as root.
+# hack/bench-backup.sh: the backup and restore figures, side by side in one run, as root.
 #
 #   1. cold `hardway up` on three fresh lab hosts (warm download cache), timed
 #      until `hardway verify` passes

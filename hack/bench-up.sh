@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/bench-up.sh: the figures of issue 16 (speed and scale), each with its
+# hack/bench-up.sh: the up and verify figures (speed and scale), each with its
 # goal and its ratio, measured side by side in one run, as root.
 #
 #   1. cold `hardway up` on three fresh lab hosts (control plane) from a warm
@@ -364,7 +364,7 @@ for w in $WORKERS; do
   lab_down
 done
 
-# --- 5. fetchOn: hosts (issue 16 §4) ---------------------------------------
+# --- 5. fetchOn: hosts ---------------------------------------
 # The hosts download their own files from the lab's mirror server (lab up
 # --fetch-on hosts: the lab serves the mirror over HTTP on its bridge address),
 # each checked against hardway.lock on the host before it is installed. Cold up
@@ -403,7 +403,7 @@ cold_floor=$(ratio "${cold:-0}" "${floor:-0}")
 
 row() { printf '%-46s %10s %10s %7s %s\n' "$@"; }
 echo
-echo "hardway up, issue 16's figures ($(nproc) CPUs; load average $load_start at start, $load_end at end)"
+echo "hardway up and verify figures ($(nproc) CPUs; load average $load_start at start, $load_end at end)"
 row "figure" "hardway" "goal" "ratio" "measured against"
 [ "$SCALE" = 1 ] || {
 row "cold up, 3 hosts, until verify passes (s)" "$cold" "≤0.5×" "$cold_base" "the tutorial's way: $base s (scp + systemctl)"

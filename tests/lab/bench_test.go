@@ -11,7 +11,7 @@ import (
 
 // BenchmarkUpDown measures a warm `lab up` of three hosts (base cached) until
 // every systemd says running, the idle memory per host, and `lab down`:
-// the figures in the README.
+// the figures in docs/benchmarks.md.
 //
 //	go test -run '^$' -bench UpDown -benchtime 3x ./tests/lab/
 func BenchmarkUpDown(b *testing.B) {
