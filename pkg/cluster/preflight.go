@@ -157,6 +157,36 @@ df -Pk /var/lib | awk 'NR==2 {print $4}'
 ss -Hltnp 2>/dev/null | awk '{print "port", $4, $6}'
 `
 
+// systemdVersionScript prints the host's systemd version ("systemd 252
+// (252.39-1~deb12u2)" -> "systemd-version 252").
+const systemdVersionScript = "echo \"systemd-version $(systemctl --version 2>/dev/null | awk 'NR==1 {print $2}')\"\n"
+
+// minSystemdEtcd is the oldest systemd that runs hardway's etcd.service: it
+// hands etcd its keys with LoadCredential= (systemd 247); an older one
+// ignores the line with a warning, and etcd then fails on a missing
+// /run/credentials/etcd.service/server.crt.
+const minSystemdEtcd = 247
+
+// systemdVersionProblem says what is wrong with the systemd-version line of
+// a control-plane host's facts; "": nothing (or no such line: a fake host).
+func systemdVersionProblem(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		v, ok := strings.CutPrefix(l, "systemd-version ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		switch {
+		case err != nil:
+			return fmt.Sprintf("cannot tell the systemd version (%q): etcd.service needs systemd %d or later (LoadCredential=)", v, minSystemdEtcd)
+		case n < minSystemdEtcd:
+			return fmt.Sprintf("systemd %d: etcd.service needs %d or later, for LoadCredential= (hint: Debian 11, Ubuntu 22.04, Fedora 34 and later have it)", n, minSystemdEtcd)
+		}
+		return ""
+	}
+	return ""
+}
+
 // fsyncScript times 50 single small writes with fdatasync (dd oflag=dsync),
 // then 10 without, so the cost of starting dd can be subtracted. etcd's WAL
 // does exactly such small synchronous appends.
@@ -178,6 +208,7 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 		// be slowed by, and the member's fsync latency is in its metrics
 		// (etcd_disk_wal_fsync_duration_seconds).
 		script += "if systemctl is-active --quiet etcd.service; then echo 'fsync skipped'; else\n" + fsyncScript + "fi\n"
+		script += systemdVersionScript
 	}
 	if worker {
 		// The runtime's needs, in the same command: one round trip per host.
@@ -255,6 +286,9 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 		p, w := workerFactProblems(string(out), containerHost(c.Inv.Workers[i]), c.proxyMode(), c.cniBridge(), c.k8sMinor())
 		f.Problems, f.Warnings = append(f.Problems, p...), append(f.Warnings, w...)
 		return f, nil
+	}
+	if p := systemdVersionProblem(string(out)); p != "" {
+		f.Problems = append(f.Problems, p)
 	}
 	f.FsyncP99 = fsyncP99(string(out))
 	f.FsyncSkipped = strings.Contains(string(out), "\nfsync skipped\n")

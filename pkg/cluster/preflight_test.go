@@ -197,3 +197,17 @@ workers:
 		}
 	}
 }
+
+func TestSystemdVersionProblem(t *testing.T) {
+	for _, tc := range []struct{ out, want string }{
+		{"Linux\nsystemd-version 252\n", ""},
+		{"Linux\nsystemd-version 247\n", ""},
+		{"Linux\nsystemd-version 245\n", "systemd 245: etcd.service needs 247 or later"},
+		{"Linux\nsystemd-version \n", "cannot tell the systemd version"},
+		{"Linux\n", ""},
+	} {
+		if got := systemdVersionProblem(tc.out); tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("%q: %q, want %q", tc.out, got, tc.want)
+		}
+	}
+}
