@@ -399,7 +399,8 @@ type PutOptions struct {
 	// (Compare said Attrs), and the mtime stays.
 	AttrsOnly bool
 	// Then is a shell command run once the file is in place, in the same
-	// script (its failure fails the Put; the file stays written); "": none.
+	// script; its failure fails the Put and removes the file, so that the
+	// next Put runs it again; "": none.
 	Then string
 }
 
@@ -484,7 +485,11 @@ func put(ctx context.Context, h Host, f *File, o PutOptions) error {
 		fmt.Fprintf(&s, "sync -- %s 2>/dev/null || true\n", Quote(dir))
 	}
 	if o.Then != "" {
-		fmt.Fprintf(&s, "%s\n", o.Then)
+		// All or nothing: a file whose command failed is removed, so that
+		// the next run finds it missing, writes it and runs the command
+		// again (left in place, it would compare equal and never be). A subshell:
+		// an exit in the command ends it, not the script.
+		fmt.Fprintf(&s, "if ! ( %s\n); then rm -f -- %s; exit 1; fi\n", o.Then, Quote(f.Path))
 	}
 	if o.Cache != "" {
 		s.WriteString(cacheEntryScript(o.Cache, f))
