@@ -146,7 +146,7 @@ func etcdCred(id string) string {
 	if !slices.ContainsFunc(etcdCredentials, func(c credential) bool { return c.ID == id }) {
 		panic("units: no etcd credential " + id)
 	}
-	return EtcdCredDir + "/" + id
+	return CredentialDir(Etcd+".service") + "/" + id
 }
 
 func etcdFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
@@ -252,14 +252,16 @@ func apiserverFlags(inv *inventory.Inventory, h inventory.Host) []flagDef {
 		// reload theirs.
 		{"", "service-account-extend-token-expiration", "false", "service-account tokens expire when they say they do, not a year later (CIS 1.2.30)"},
 		{"", "tls-min-version", "VersionTLS12", "no TLS 1.0 or 1.1 on 6443"},
-		{"", "tls-cipher-suites", strongCiphers, "TLS 1.2 only with forward-secret AEAD ciphers (TLS 1.3's are always on and not configurable)"},
+		{"", "tls-cipher-suites", strings.Join(strongCiphers, ","), "TLS 1.2 only with forward-secret AEAD ciphers (TLS 1.3's are always on and not configurable)"},
 	}
 }
 
 // strongCiphers are TLS 1.2's ECDHE AEAD suites, the ones the CIS benchmark
 // lists as strong; Go's names, as the components' --tls-cipher-suites take.
-const strongCiphers = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305," +
-	"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305"
+var strongCiphers = []string{
+	"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+	"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+}
 
 func controllerManagerFlags(inv *inventory.Inventory) []flagDef {
 	return []flagDef{

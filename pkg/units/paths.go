@@ -70,9 +70,10 @@ const (
 	// 1.1.21): systemd hands the process copies (LoadCredential=).
 	EtcdUser         = "etcd"
 	EtcdSysusersConf = "/etc/sysusers.d/hardway-etcd.conf"
-	EtcdCredDir      = "/run/credentials/etcd.service" // $CREDENTIALS_DIRECTORY of etcd.service (systemd.exec(5))
 
-	Owner = "root:root" // hard-way hosts run every component as root
+	// Owner of every file hardway writes: the components read them as root,
+	// or (etcd) get copies from systemd, which reads them as root.
+	Owner = "root:root"
 )
 
 // FrontProxyCAKey is read by no component: it is on every control-plane
@@ -125,6 +126,10 @@ const (
 	ModeDir    fs.FileMode = 0o755
 	ModePriv   fs.FileMode = 0o700
 )
+
+// CredentialDir is where systemd puts a unit's LoadCredential= copies
+// ($CREDENTIALS_DIRECTORY, systemd.exec(5)).
+func CredentialDir(unit string) string { return "/run/credentials/" + unit }
 
 // Unit file and binary of a component.
 func UnitPath(component string) string { return UnitDir + "/" + component + ".service" }

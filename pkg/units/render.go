@@ -227,12 +227,12 @@ func (r *renderer) host(h inventory.Host, role Role) (Manifest, error) {
 			}
 			if d.User != "" {
 				m.Settings[c.Name] = append(m.Settings[c.Name],
-					Setting{File: UnitPath(c.Name), Key: "User", Value: d.User, Reason: "not root: a flaw in the daemon is not root's (the user comes from " + EtcdSysusersConf + ")"},
+					Setting{File: UnitPath(c.Name), Key: "User", Value: d.User, Reason: "not root: a flaw in the daemon is not root's (a system user, made by systemd-sysusers)"},
 					Setting{File: UnitPath(c.Name), Key: "StateDirectory", Value: d.StateDirectory, Reason: "systemd makes /var/lib/" + d.StateDirectory + " (" + d.StateDirectoryMode + ") owned by the user, and chowns a root-owned one (a restore's, a host etcd ran on as root) with the daemon stopped"})
 			}
 			for _, cr := range d.Credentials {
 				m.Settings[c.Name] = append(m.Settings[c.Name], Setting{File: UnitPath(c.Name), Key: "LoadCredential." + cr.ID, Value: cr.Path,
-					Reason: "systemd reads the root-owned file at start and gives the daemon a copy in its credentials directory (" + EtcdCredDir + "/" + cr.ID + ")"})
+					Reason: "systemd reads the root-owned file at start and gives the daemon a copy in its credentials directory (" + CredentialDir(c.Unit) + "/" + cr.ID + ")"})
 			}
 		}
 		if err := add(File{Path: UnitPath(c.Name), Mode: ModeUnit, Owner: Owner, Components: []string{c.Name}, Content: b}); err != nil {

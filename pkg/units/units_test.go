@@ -317,13 +317,13 @@ func flagPathsInManifest(t *testing.T, m Manifest) {
 	// What a unit has systemd make: its StateDirectory, and the copies of
 	// its credentials (each from a file the manifest must hold).
 	creds := map[string]string{}
-	for _, settings := range m.Settings {
+	for comp, settings := range m.Settings {
 		for _, s := range settings {
 			if s.Key == "StateDirectory" {
 				dirs["/var/lib/"+s.Value.(string)] = true
 			}
 			if id, ok := strings.CutPrefix(s.Key, "LoadCredential."); ok {
-				creds[EtcdCredDir+"/"+id] = s.Value.(string)
+				creds[CredentialDir(MustLookup(comp).Unit)+"/"+id] = s.Value.(string)
 			}
 		}
 	}

@@ -445,7 +445,7 @@ func renderKubeletConfig(r *renderer, h inventory.Host) ([]byte, []Setting, erro
 		settingDef{"", "", "tlsCertFile", KubeletCert, "serving certificate signed by the cluster CA with the node's name and addresses: the apiserver's --kubelet-certificate-authority verifies it"},
 		settingDef{"", "", "tlsPrivateKeyFile", KubeletKey, "key of the serving certificate"},
 		settingDef{"", "", "tlsMinVersion", "VersionTLS12", "no TLS 1.0 or 1.1 on 10250"},
-		settingDef{"", "", "tlsCipherSuites", strings.Split(strongCiphers, ","), "TLS 1.2 only with forward-secret AEAD ciphers, as the apiserver (CIS 4.2.12)"},
+		settingDef{"", "", "tlsCipherSuites", strongCiphers, "TLS 1.2 only with forward-secret AEAD ciphers, as the apiserver (CIS 4.2.12)"},
 	)
 	if h.ContainerHost {
 		// The field exists from 1.31 (its default turned true in 1.35).
