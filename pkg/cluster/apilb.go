@@ -29,8 +29,10 @@ import (
 // APIServerLB is the load balancer's component (and unit) name.
 const APIServerLB = units.APIServerLB
 
-// lbGet GETs url from the worker's side, with tlsCfg for https.
-func (c *Cluster) lbGet(ctx context.Context, worker, url string, tlsCfg *tls.Config) (int, []byte, error) {
+// getThrough GETs url from the host's own side (a tunnel through its SSH
+// connection), with tlsCfg for https: the load balancer's API and the
+// kubelet's, which answer on the host.
+func (c *Cluster) getThrough(ctx context.Context, worker, url string, tlsCfg *tls.Config) (int, []byte, error) {
 	tr := &http.Transport{TLSClientConfig: tlsCfg,
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return c.dialFrom(ctx, worker, addr) }}
 	defer tr.CloseIdleConnections()
@@ -51,7 +53,7 @@ func (c *Cluster) lbGet(ctx context.Context, worker, url string, tlsCfg *tls.Con
 // health as its last check saw it.
 func (c *Cluster) lbBackends(ctx context.Context, worker string) ([]apilb.Backend, error) {
 	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(units.APIServerLBAPIPort)) + apilb.ServicesPath
-	code, body, err := c.lbGet(ctx, worker, url, nil)
+	code, body, err := c.getThrough(ctx, worker, url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +80,7 @@ func (c *Cluster) lbVersion(ctx context.Context, worker string) error {
 		return fmt.Errorf("kubelet client certificate: %w", err)
 	}
 	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}}
-	code, body, err := c.lbGet(ctx, worker, c.Inv.WorkerAPIServerURL()+"/version", tlsCfg)
+	code, body, err := c.getThrough(ctx, worker, c.Inv.WorkerAPIServerURL()+"/version", tlsCfg)
 	if err != nil {
 		return err
 	}

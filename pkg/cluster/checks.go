@@ -45,7 +45,7 @@ func (c *Cluster) Checks() []verify.Check {
 	}
 	for _, h := range c.Inv.ControlPlane {
 		checks = append(checks,
-			verify.Check{Name: "host", Doc: "SSH with a verified host key, units enabled and active, clock", Run: func(ctx context.Context) []verify.Result { return c.checkHost(ctx, h) }},
+			verify.Check{Name: "host", Doc: "SSH with a verified host key, units enabled and active, clock, the apiserver's audit log written in the last " + auditStale.String(), Run: func(ctx context.Context) []verify.Result { return c.checkHost(ctx, h) }},
 			verify.Check{Name: CheckHostFiles, Doc: "binaries match the lock, files match the rendered ones (by the stat cache; every byte with --rehash)", Run: func(ctx context.Context) []verify.Result { return c.checkHostFiles(ctx, h) }})
 	}
 	checks = append(checks,
@@ -123,6 +123,8 @@ func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Resu
 	script.WriteString("date +%s%N\n")
 	script.WriteString(unitsScript(units.Names(units.ControlPlane)))
 	script.WriteString("echo '@end'; date +%s%N\n")
+	// The audit log's stat, in the same command (security/audit-log).
+	script.WriteString("echo '@audit'; " + auditLogScript + "\n")
 	t0 := time.Now()
 	b, err := sh.Run(ctx, script.String(), nil)
 	t1 := time.Now()
@@ -134,6 +136,7 @@ func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Resu
 	}
 	clock, rest, _ := strings.Cut(string(b), "\n")
 	rest, end, _ := strings.Cut(rest, "@end\n")
+	end, audit, _ := strings.Cut(end, "@audit\n")
 	sn := parseSnapshot(rest)
 	for _, comp := range units.Names(units.ControlPlane) {
 		st := sn.Units[comp]
@@ -159,7 +162,7 @@ func (c *Cluster) checkHost(ctx context.Context, h inventory.Host) []verify.Resu
 			out = append(out, res(CheckHostClock, verify.OKf(h.Name, "skew %s", skew.Round(time.Millisecond))))
 		}
 	}
-	return out
+	return append(out, res(CheckAuditLog, auditVerdict(h.Name, audit)))
 }
 
 // checkHostFiles compares every pushed file with what up would push, in one

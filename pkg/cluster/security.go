@@ -41,11 +41,9 @@ var saWait = 20 * time.Second
 // Security refuses a privileged pod, each kubelet refuses anonymous
 // requests and serves no read-only port.
 func (c *Cluster) SecurityChecks() []verify.Check {
+	// The audit log's check is the host check's (checkHost): its stat goes
+	// in the host's one command.
 	var checks []verify.Check
-	for _, h := range c.Inv.ControlPlane {
-		checks = append(checks, verify.Check{Name: CheckAuditLog, Doc: "the apiserver's audit log exists and was written in the last " + auditStale.String(),
-			Run: func(ctx context.Context) []verify.Result { return []verify.Result{c.checkAuditLog(ctx, h)} }})
-	}
 	checks = append(checks, verify.Check{Name: CheckPodSecurity, Doc: "a privileged pod in namespace default is refused by Pod Security (a server-side dry run)", Run: c.checkPodSecurity})
 	for _, w := range c.Inv.Workers {
 		checks = append(checks, verify.Check{Name: CheckKubeletAuth, Doc: "the kubelet answers an anonymous request with 401 and has no read-only port (10255)",
@@ -54,24 +52,9 @@ func (c *Cluster) SecurityChecks() []verify.Check {
 	return checks
 }
 
-func (c *Cluster) checkAuditLog(ctx context.Context, h inventory.Host) verify.Result {
-	r := c.auditLog(ctx, h)
-	r.Check, r.Host = CheckAuditLog, h.Name
-	return r
-}
-
-func (c *Cluster) auditLog(ctx context.Context, h inventory.Host) verify.Result {
-	sh, err := c.Host(ctx, h.Name)
-	if err != nil {
-		return verify.Failf(h.Name, "see "+CheckHostSSH, "%v", err)
-	}
-	// The host's own clock: a skewed one is host/clock's to report.
-	out, err := sh.Run(ctx, "date +%s; stat -c '%s %Y' "+units.AuditLog+" 2>/dev/null || echo missing", nil)
-	if err != nil {
-		return verify.Failf(h.Name, timeoutHint(err), "read %s: %v", units.AuditLog, err)
-	}
-	return auditVerdict(h.Name, string(out))
-}
+// auditLogScript prints the host's clock and the audit log's size and
+// mtime, or "missing".
+const auditLogScript = "date +%s; stat -c '%s %Y' " + units.AuditLog + " 2>/dev/null || echo missing"
 
 // auditVerdict judges "now\nsize mtime" (or "now\nmissing").
 func auditVerdict(host, out string) verify.Result {
@@ -172,7 +155,7 @@ func (c *Cluster) kubeletAuth(ctx context.Context, w inventory.Host) verify.Resu
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	url := "https://" + net.JoinHostPort(w.IP(), strconv.Itoa(units.KubeletPort)) + "/pods"
-	code, _, err := c.lbGet(ctx, w.Name, url, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool})
+	code, _, err := c.getThrough(ctx, w.Name, url, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool})
 	switch {
 	case err != nil:
 		return verify.Failf(w.Name, fmt.Sprintf("see 'journalctl -u kubelet' on %s", w.Name), "the kubelet's API %s: %v", url, err)
