@@ -109,7 +109,7 @@ func (e *workersEnv) cisScenarios(t *testing.T) {
 		e.t = t
 		h := e.res.Hosts[0].Name
 		out, err := e.ssh(h, "ps -o user= -C etcd; stat -c '%U:%G %a' /var/lib/etcd /var/lib/etcd/member/snap/db /etc/etcd/etcd-server.key")
-		if err != nil || strings.Fields(out)[0] != "etcd" || !strings.Contains(out, "etcd:etcd 700\netcd:etcd") || !strings.Contains(out, "root:root 600") {
+		if f := strings.Fields(out); err != nil || len(f) == 0 || f[0] != "etcd" || !strings.Contains(out, "etcd:etcd 700\netcd:etcd") || !strings.Contains(out, "root:root 600") {
 			t.Fatalf("%s: etcd's user, data and key: %v\n%s", h, err, out)
 		}
 		// What a cluster an older hardway made has: etcd stopped, every

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -31,64 +32,23 @@ const (
 	pkiDirs         = "/var/lib/kubernetes/ /etc/etcd/"
 )
 
-var edits = []edit{
-	{id: "1.1.13", why: "hardway's admin kubeconfig",
-		old: "for adminconf in /etc/kubernetes/admin.conf /etc/kubernetes/super-admin.conf; do",
-		new: "for adminconf in " + adminKubeconfig + "; do"},
-	{id: "1.1.13", why: "no admin kubeconfig on the host (pki.adminKubeconfigOnHosts: false) is no credential to protect",
-		old: `        tests:
-          test_items:
-            - flag: "permissions"
-              compare:
-                op: bitmask
-                value: "600"
-`,
-		new: `        tests:
-          bin_op: or
-          test_items:
-            - flag: "permissions"
-              compare:
-                op: bitmask
-                value: "600"
-            # hardway: no admin kubeconfig on the host (pki.adminKubeconfigOnHosts: false) passes.
-            - flag: "permissions"
-              set: false
-`},
-	{id: "1.1.14", why: "hardway's admin kubeconfig",
-		old: "for adminconf in /etc/kubernetes/admin.conf /etc/kubernetes/super-admin.conf; do",
-		new: "for adminconf in " + adminKubeconfig + "; do"},
-	{id: "1.1.14", why: "as 1.1.13",
-		old: `        tests:
-          test_items:
-            - flag: "ownership"
-              compare:
-                op: eq
-                value: "root:root"
-`,
-		new: `        tests:
-          bin_op: or
-          test_items:
-            - flag: "ownership"
-              compare:
-                op: eq
-                value: "root:root"
-            # hardway: no admin kubeconfig on the host (pki.adminKubeconfigOnHosts: false) passes.
-            - flag: "ownership"
-              set: false
-`},
-	{id: "1.1.19", why: "hardway's certificates and keys", old: "find /etc/kubernetes/pki/ ", new: "find " + pkiDirs + " "},
-	{id: "1.1.20", why: "hardway's certificates", old: "find /etc/kubernetes/pki/ ", new: "find " + pkiDirs + " "},
-	{id: "1.1.21", why: "hardway's keys", old: "find /etc/kubernetes/pki/ ", new: "find " + pkiDirs + " "},
-	// The scheduler runs with --config, which makes it ignore --profiling:
-	// the setting that counts is the file's enableProfiling.
-	{id: "1.4.1", why: "the scheduler's KubeSchedulerConfiguration",
-		old: `        audit: "/bin/ps -ef | grep $schedulerbin | grep -v grep"
+var edits = slices.Concat(
+	adminConf("1.1.13", "permissions", "bitmask", "600"),
+	adminConf("1.1.14", "ownership", "eq", "root:root"),
+	[]edit{
+		{id: "1.1.19", why: "hardway's certificates and keys", old: "find /etc/kubernetes/pki/ ", new: "find " + pkiDirs + " "},
+		{id: "1.1.20", why: "hardway's certificates", old: "find /etc/kubernetes/pki/ ", new: "find " + pkiDirs + " "},
+		{id: "1.1.21", why: "hardway's keys", old: "find /etc/kubernetes/pki/ ", new: "find " + pkiDirs + " "},
+		// The scheduler runs with --config, which makes it ignore --profiling:
+		// the setting that counts is the file's enableProfiling.
+		{id: "1.4.1", why: "the scheduler's KubeSchedulerConfiguration",
+			old: `        audit: "/bin/ps -ef | grep $schedulerbin | grep -v grep"
         tests:
           test_items:
             - flag: "--profiling"
               compare:
 `,
-		new: `        audit: "/bin/ps -ef | grep $schedulerbin | grep -v grep"
+			new: `        audit: "/bin/ps -ef | grep $schedulerbin | grep -v grep"
         # hardway: with --config the scheduler ignores --profiling; the file's enableProfiling counts.
         audit_config: "/bin/cat ` + schedulerConfig + `"
         tests:
@@ -97,6 +57,32 @@ var edits = []edit{
               path: '{.enableProfiling}'
               compare:
 `},
+	},
+)
+
+// adminConf is the two edits of an admin-credential check (1.1.13 mode,
+// 1.1.14 owner): its audit looks at hardway's admin kubeconfig, and its
+// test also passes when there is none on the host
+// (pki.adminKubeconfigOnHosts: false: there is no credential to protect).
+func adminConf(id, flag, op, value string) []edit {
+	test := `        tests:
+          test_items:
+            - flag: "` + flag + `"
+              compare:
+                op: ` + op + `
+                value: "` + value + `"
+`
+	orAbsent := strings.Replace(test, "          test_items:\n", "          bin_op: or\n          test_items:\n", 1) +
+		`            # hardway: no admin kubeconfig on the host (pki.adminKubeconfigOnHosts: false) passes.
+            - flag: "` + flag + `"
+              set: false
+`
+	return []edit{
+		{id: id, why: "hardway's admin kubeconfig",
+			old: "for adminconf in /etc/kubernetes/admin.conf /etc/kubernetes/super-admin.conf; do",
+			new: "for adminconf in " + adminKubeconfig + "; do"},
+		{id: id, why: "no admin kubeconfig on the host is no credential to protect", old: test, new: orAbsent},
+	}
 }
 
 // apply makes the edits on master.yaml's text.
