@@ -55,6 +55,7 @@ func (c *Cluster) Checks() []verify.Check {
 		verify.Check{Name: "rbac", Doc: "apiserver-to-kubelet RBAC present, bound to the kubelet-client certificate's CN", Run: c.checkRBAC},
 		verify.Check{Name: "encryption", Doc: "a probe Secret is stored encrypted in etcd (k8s:enc:<provider>:v1:)", Run: c.checkEncryptionAndRotation},
 		verify.Check{Name: "versions", Doc: "components within the version skew policy", Run: c.checkVersions},
+		verify.Check{Name: CheckHostPrep, Doc: "each host's own setup as the host step leaves it: kernel modules and sysctls, packages, firewall ports, the kubelet's resolv.conf link; the distribution", Run: c.checkHostPrep},
 	)
 	checks = append(checks, c.WorkerChecks()...)
 	checks = append(checks, c.SecurityChecks()...)

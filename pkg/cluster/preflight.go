@@ -212,7 +212,7 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 	}
 	if worker {
 		// The runtime's needs, in the same command: one round trip per host.
-		script += workerFactsScript
+		script += workerFactsScript()
 	}
 	script += c.fetchToolsScript()
 	// The clock again at the end: the time the script took on the host is
@@ -283,7 +283,7 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 	f.Problems = append(f.Problems, c.fetchToolProblems(string(out))...)
 	if i := indexOf(c.Inv.Workers, sh.Name()); worker {
 		// A worker runs no etcd: its checks are the runtime's needs.
-		p, w := workerFactProblems(string(out), containerHost(c.Inv.Workers[i]), c.proxyMode(), c.cniBridge(), c.k8sMinor())
+		p, w := workerFactProblems(string(out), c.workerNeeds(c.Inv.Workers[i]))
 		f.Problems, f.Warnings = append(f.Problems, p...), append(f.Warnings, w...)
 		return f, nil
 	}

@@ -142,7 +142,7 @@ workers:
 		facts, workerFacts := `(?s)^date \+%s%N\nuname -s.*end \$\(date`, ""
 		if name == "w1" {
 			facts = `(?s)^date \+%s%N\nuname -s.*echo "cgroupfs.*end \$\(date`
-			workerFacts = "cgroupfs cgroup2fs\ntool ip yes\ntool iptables yes\ntool iptables-restore yes\ntool iptables-save yes\ntool nft yes\ntool conntrack yes\n"
+			workerFacts = "cgroupfs cgroup2fs\ntool ip yes\ntool modprobe yes\ntool iptables yes\ntool iptables-restore yes\ntool iptables-save yes\ntool nft yes\ntool conntrack yes\n"
 		}
 		f.ExpectMatch(facts).Returns(
 			fmt.Sprintf("%d\nLinux\nx86_64\nsystemd\n73400320\nport 127.0.0.1:6443 users:((\"traefik\",pid=7,fd=5))\nfsync skipped\n%send %d\n", now, workerFacts, now))
@@ -186,7 +186,7 @@ workers:
 		}
 		f := remotetest.New(t, "w1")
 		f.ExpectMatch(`(?s)^date \+%s%N\nuname -s.*echo "cgroupfs.*end \$\(date`).Returns(
-			fmt.Sprintf("%d\nLinux\nx86_64\nsystemd\n73400320\nport 127.0.0.1:%s users:((\"%s\",pid=7,fd=5))\ncgroupfs cgroup2fs\ntool ip yes\ntool iptables yes\ntool iptables-restore yes\ntool iptables-save yes\ntool nft yes\ntool conntrack yes\nend %d\n", now, tc.port, tc.owner, now))
+			fmt.Sprintf("%d\nLinux\nx86_64\nsystemd\n73400320\nport 127.0.0.1:%s users:((\"%s\",pid=7,fd=5))\ncgroupfs cgroup2fs\ntool ip yes\ntool modprobe yes\ntool iptables yes\ntool iptables-restore yes\ntool iptables-save yes\ntool nft yes\ntool conntrack yes\nend %d\n", now, tc.port, tc.owner, now))
 		hf, err := New(inv, Options{}).hostFacts(context.Background(), f)
 		if err != nil {
 			t.Fatal(err)

@@ -148,6 +148,14 @@ func TestAssertReadOnlyCatchesWrites(t *testing.T) {
 		"systemctl daemon-reload",
 		"cat > /etc/x",
 		"# record 1 sums\nc=/var/lib/hardway/sums; mv -f \"$n\" \"$c\"",
+		"modprobe br_netfilter",
+		"sysctl -qw net.ipv4.ip_forward=1",
+		"DEBIAN_FRONTEND=noninteractive apt-get install -y conntrack",
+		"dnf install -y conntrack-tools",
+		"ufw allow 10250/tcp comment 'hardway: kubelet secure'",
+		"ufw route allow from 10.200.0.0/16",
+		"firewall-cmd --permanent --zone=trusted --add-source=10.200.0.0/16",
+		"firewall-cmd --add-port=10250/tcp",
 	} {
 		rt := &recordingT{TB: t}
 		assertReadOnly(rt, "c1", []string{cmd})
@@ -156,7 +164,9 @@ func TestAssertReadOnlyCatchesWrites(t *testing.T) {
 		}
 	}
 	rt := &recordingT{TB: t}
-	assertReadOnly(rt, "c1", []string{snapshotScript(), "head -c 65536 /etc/x", "ls -1 /x 2>/dev/null || true"})
+	c := New(&inventory.Inventory{Workers: []inventory.Host{{Name: "w1"}}}, Options{})
+	assertReadOnly(rt, "c1", []string{snapshotScript(), "head -c 65536 /etc/x", "ls -1 /x 2>/dev/null || true",
+		c.hostPrepScript(inventory.Host{Name: "w1"}), workerFactsScript()})
 	if rt.failed {
 		t.Error("read-only commands flagged")
 	}

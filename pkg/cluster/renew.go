@@ -34,8 +34,8 @@ const StepRenew = "renew"
 func (c *Cluster) RenewSteps() []plan.Step {
 	var steps []plan.Step
 	for _, s := range c.upSteps() {
-		if s.Name == StepDNS {
-			continue // add-ons are not certificates: a renewal leaves them as they are
+		if s.Name == StepDNS || s.Name == StepHost {
+			continue // add-ons and the hosts' own setup are not certificates: a renewal leaves them as they are
 		}
 		if s.Name == StepPKI {
 			s = plan.Step{Name: StepRenew,

@@ -55,7 +55,7 @@ func TestRestoreStepsOrder(t *testing.T) {
 	for _, s := range fc.RestoreSteps(RestoreOptions{}) {
 		names = append(names, s.Name)
 	}
-	want := "preflight restore-check restore-state identity pki fetch render push restore-etcd etcd control-plane rbac workers dns"
+	want := "preflight restore-check restore-state identity host pki fetch render push restore-etcd etcd control-plane rbac workers dns"
 	if strings.Join(names, " ") != want {
 		t.Errorf("steps:\n%s\nwant\n%s", strings.Join(names, " "), want)
 	}

@@ -76,6 +76,7 @@ func (c *Cluster) upSteps() []plan.Step {
 	return []plan.Step{
 		{Name: StepPreflight, Doc: "SSH with verified host keys; Linux, systemd, arch, clock skew, ports, free disk and the etcd disk's fsync latency", Plan: c.planPreflight},
 		{Name: StepIdentity, Doc: "the hosts' CAs, service-account key and encryption key match the state directory (reads only)", Plan: c.planIdentity},
+		c.hostStep(),
 		{Name: StepPKI, Doc: "CA, certificates, service-account key, encryption config, kubeconfigs (reused when valid)", Plan: c.planPKI},
 		{Name: StepFetch, Doc: "release binaries, verified against published checksums and hardway.lock", Plan: c.planFetch},
 		{Name: StepRender, Doc: "systemd units and configs for the inventory's versions", Plan: c.planRender},

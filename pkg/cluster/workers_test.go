@@ -108,56 +108,78 @@ func TestMissingRoutes(t *testing.T) {
 }
 
 func TestWorkerFactProblems(t *testing.T) {
-	all := "cgroupfs cgroup2fs\ntool ip yes\ntool iptables yes\ntool iptables-restore yes\ntool iptables-save yes\ntool nft yes\ntool conntrack yes\n"
-	if p, w := workerFactProblems(all, false, "iptables", true, 36); len(p)+len(w) != 0 {
+	all := "cgroupfs cgroup2fs\ntool ip yes\ntool modprobe yes\ntool iptables yes\ntool iptables-restore yes\ntool iptables-save yes\ntool nft yes\ntool conntrack yes\n"
+	real := workerNeeds{mode: "iptables", bridge: true, minor: 36, swap: inventory.SwapFail}
+	lab := real
+	lab.containerHost = true
+	with := func(n workerNeeds, f func(*workerNeeds)) workerNeeds { f(&n); return n }
+	if p, w := workerFactProblems(all, real); len(p)+len(w) != 0 {
 		t.Fatalf("all there: %v %v", p, w)
 	}
 	v1 := strings.Replace(all, "cgroup2fs", "tmpfs", 1)
-	p, _ := workerFactProblems(v1, false, "iptables", true, 36)
+	p, _ := workerFactProblems(v1, real)
 	if len(p) != 1 || !strings.Contains(p[0], "cgroup v1") || !strings.Contains(p[0], "hint:") {
 		t.Fatalf("cgroup v1 on a real host: %v", p)
 	}
-	if p, w := workerFactProblems(v1, true, "iptables", true, 36); len(p)+len(w) != 0 {
+	if p, w := workerFactProblems(v1, lab); len(p)+len(w) != 0 {
 		t.Fatalf("cgroup v1 on a container host: %v %v", p, w)
 	}
-	if p, w := workerFactProblems(v1, false, "iptables", true, 33); len(p) != 0 || len(w) != 1 {
+	if p, w := workerFactProblems(v1, with(real, func(n *workerNeeds) { n.minor = 33 })); len(p) != 0 || len(w) != 1 || !strings.Contains(w[0], "systemd.unified_cgroup_hierarchy=1") {
 		t.Fatalf("cgroup v1 before 1.35: %v %v", p, w)
 	}
 	noIpt := strings.NewReplacer("tool iptables yes", "tool iptables no", "tool iptables-restore yes", "tool iptables-restore no", "tool conntrack yes", "tool conntrack no").Replace(all)
-	p, w := workerFactProblems(noIpt, false, "iptables", true, 36)
-	if len(p) != 1 || !strings.Contains(p[0], "iptables (for kube-proxy in iptables mode), iptables-restore") || !strings.HasSuffix(p[0], "install the package(s) iptables)") {
-		t.Fatalf("no iptables: %v", p)
+	p, w := workerFactProblems(noIpt, real)
+	if len(p) != 1 || !strings.Contains(p[0], "iptables (for kube-proxy in iptables mode), iptables-restore") || !strings.Contains(p[0], "install iptables (Debian's name) with the host's package manager") {
+		t.Fatalf("no iptables, no distribution known: %v", p)
 	}
 	if len(w) != 1 || !strings.Contains(w[0], "conntrack") {
 		t.Fatalf("no conntrack: %v", w)
 	}
+	// The hint names the distribution's package manager and package.
+	fedora := noIpt + "osr ID=fedora\nosr VERSION_ID=41\n"
+	if p, _ := workerFactProblems(fedora, real); len(p) != 1 || !strings.Contains(p[0], "hint: dnf install iptables-nft, or let up install them: hostPrep.packages: install") {
+		t.Fatalf("fedora: %v", p)
+	}
+	debian := noIpt + "osr ID=debian\nosr VERSION_ID=\"13\"\n"
+	if p, _ := workerFactProblems(debian, real); len(p) != 1 || !strings.Contains(p[0], "hint: apt-get install iptables,") {
+		t.Fatalf("debian: %v", p)
+	}
+	// hostPrep.packages: install: the host step installs them; no problem,
+	// no warning. Unless the package manager is unknown.
+	install := with(real, func(n *workerNeeds) { n.install = true })
+	if p, w := workerFactProblems(debian, install); len(p)+len(w) != 0 {
+		t.Fatalf("install: %v %v", p, w)
+	}
+	if p, _ := workerFactProblems(noIpt+"osr ID=arch\n", install); len(p) != 1 {
+		t.Fatalf("install, unknown package manager: %v", p)
+	}
 	// nftables mode needs nft, not iptables.
 	noNft := strings.Replace(noIpt, "tool nft yes", "tool nft no", 1)
-	if p, _ := workerFactProblems(noNft, false, "nftables", false, 36); len(p) != 1 || !strings.Contains(p[0], "nft (for kube-proxy in nftables mode)") || strings.Contains(p[0], "iptables") {
+	if p, _ := workerFactProblems(noNft, with(real, func(n *workerNeeds) { n.mode, n.bridge = "nftables", false })); len(p) != 1 || !strings.Contains(p[0], "nft (for kube-proxy in nftables mode)") || strings.Contains(p[0], "iptables") {
 		t.Fatalf("nftables mode, cni none: %v", p)
 	}
 	// Swap stops the kubelet: a problem on a real host, a warning on a
 	// container host (the swap is its machine's); no swap line (an older
 	// hardway's script) is no swap.
-	if p, w := workerFactProblems(all+"swap 0\nresolv ok\n", false, "iptables", true, 36); len(p)+len(w) != 0 {
-		t.Fatalf("no swap, a real resolv.conf: %v %v", p, w)
+	if p, w := workerFactProblems(all+"swap 0\n", real); len(p)+len(w) != 0 {
+		t.Fatalf("no swap: %v %v", p, w)
 	}
-	if p, _ := workerFactProblems(all+"swap 2\n", false, "iptables", true, 36); len(p) != 1 || !strings.Contains(p[0], "swap is on (2 in /proc/swaps)") || !strings.Contains(p[0], "swapoff -a") {
+	if p, _ := workerFactProblems(all+"swap 2\n", real); len(p) != 1 || !strings.Contains(p[0], "swap is on (2 in /proc/swaps)") || !strings.Contains(p[0], "swapoff -a") || !strings.Contains(p[0], "hostPrep.swap: limited") {
 		t.Fatalf("swap on a real host: %v", p)
 	}
-	if p, w := workerFactProblems(all+"swap 1\n", true, "iptables", true, 36); len(p) != 0 || len(w) != 1 {
+	if p, w := workerFactProblems(all+"swap 1\n", lab); len(p) != 0 || len(w) != 1 {
 		t.Fatalf("swap on a container host: %v %v", p, w)
 	}
-	// systemd-resolved's stub: a warning naming the real file, or, without
-	// it, what to give the host.
-	if _, w := workerFactProblems(all+"resolv stub upstream\n", false, "iptables", true, 36); len(w) != 1 || !strings.Contains(w[0], "ln -sf /run/systemd/resolve/resolv.conf /etc/resolv.conf") {
-		t.Fatalf("resolved stub: %v", w)
+	// hostPrep.swap: limited: swap is fine, on cgroup v2 only.
+	limited := with(real, func(n *workerNeeds) { n.swap = inventory.SwapLimited; n.minor = 33 })
+	if p, w := workerFactProblems(all+"swap 1\n", limited); len(p)+len(w) != 0 {
+		t.Fatalf("limited swap: %v %v", p, w)
 	}
-	if _, w := workerFactProblems(all+"resolv stub\n", false, "iptables", true, 36); len(w) != 1 || !strings.Contains(w[0], "writes no /run/systemd/resolve/resolv.conf") {
-		t.Fatalf("resolved stub without its real list: %v", w)
+	if p, _ := workerFactProblems(strings.Replace(all, "cgroup2fs", "tmpfs", 1)+"swap 1\n", limited); len(p) != 1 || !strings.Contains(p[0], "LimitedSwap") {
+		t.Fatalf("limited swap on cgroup v1: %v", p)
 	}
 	// ... but the bridge CNI's egress masquerade rule needs iptables.
-	if p, _ := workerFactProblems(noNft, false, "nftables", true, 36); len(p) != 1 || !strings.Contains(p[0], "iptables (for the pods' egress masquerade rule") || strings.Contains(p[0], "iptables-restore") {
+	if p, _ := workerFactProblems(noNft, with(real, func(n *workerNeeds) { n.mode = "nftables" })); len(p) != 1 || !strings.Contains(p[0], "iptables (for the pods' egress masquerade rule") || strings.Contains(p[0], "iptables-restore") {
 		t.Fatalf("nftables mode, cni bridge: %v", p)
 	}
 }

@@ -72,6 +72,7 @@ type Inventory struct {
 	Registries        []Registry  `yaml:"registries"`  // mirrors the workers' containerd pulls through (registries.go)
 	DNS               DNS         `yaml:"dns"`         // the CoreDNS add-on up applies when there are workers
 	PodSecurity       PodSecurity `yaml:"podSecurity"` // the cluster's default Pod Security level (podsecurity.go)
+	HostPrep          HostPrep    `yaml:"hostPrep"`    // how far up may change a host's packages, firewall and swap (hostprep.go)
 
 	// Filled in by Load; not part of the file.
 	Path     string           `yaml:"-"` // absolute path of the inventory file

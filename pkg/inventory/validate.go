@@ -98,6 +98,7 @@ func (inv *Inventory) applyDefaults() {
 		inv.PKI.LeafValidity = Duration(DefaultLeafValidity)
 	}
 	inv.PodSecurity.applyDefaults()
+	inv.HostPrep.applyDefaults()
 	if inv.Encryption.Provider == "" {
 		inv.Encryption.Provider = DefaultProvider
 	}
@@ -225,6 +226,7 @@ func (l *loader) validate(inv *Inventory) {
 	l.validateHosts(inv)
 	l.validateDNS(inv)
 	l.validatePodSecurity(inv)
+	l.validateHostPrep(inv)
 	l.validateAPIServerLoadBalancer(inv)
 }
 

@@ -63,6 +63,9 @@ const (
 	// Restore replaces an etcd member's data with a snapshot; the old data
 	// is moved aside, never deleted.
 	Restore Kind = "restore"
+	// Prepare changes a host's own setup: kernel modules and sysctls now,
+	// packages, firewall rules, the kubelet's resolv.conf link.
+	Prepare Kind = "prepare"
 )
 
 // Action is one change a step makes.

@@ -96,14 +96,19 @@ const (
 	// registries: only: one <registry>/hosts.toml each (registries.go).
 	CertsDir = ContainerdDir + "/certs.d"
 
-	ContainerdConfig    = ContainerdDir + "/config.toml"
-	ContainerdSocket    = "/run/containerd/containerd.sock"
-	CrictlConfig        = "/etc/crictl.yaml"
-	KubeletConfig       = ConfigDir + "/kubelet.yaml"
-	KubeletKubeconfig   = KubeletDir + "/kubeconfig"
-	KubeletCert         = KubeletDir + "/kubelet.crt" // from kubelet-<host>.crt
-	KubeletKey          = KubeletDir + "/kubelet.key"
-	KubeletCACert       = KubeletDir + "/ca.crt"
+	ContainerdConfig  = ContainerdDir + "/config.toml"
+	ContainerdSocket  = "/run/containerd/containerd.sock"
+	CrictlConfig      = "/etc/crictl.yaml"
+	KubeletConfig     = ConfigDir + "/kubelet.yaml"
+	KubeletKubeconfig = KubeletDir + "/kubeconfig"
+	KubeletCert       = KubeletDir + "/kubelet.crt" // from kubelet-<host>.crt
+	KubeletKey        = KubeletDir + "/kubelet.key"
+	KubeletCACert     = KubeletDir + "/ca.crt"
+	// KubeletResolvConf is the kubelet's resolvConf: a link the host step
+	// points at /etc/resolv.conf, or at systemd-resolved's real list when
+	// /etc/resolv.conf is its stub (127.0.0.53, which answers on the host
+	// only: CoreDNS would forward to itself).
+	KubeletResolvConf   = KubeletDir + "/resolv.conf"
 	KubeProxyKubeconfig = KubeProxyDir + "/kubeconfig"
 	ModulesLoadConf     = "/etc/modules-load.d/hardway-kubernetes.conf" // loaded at every boot by systemd-modules-load
 	SysctlConf          = "/etc/sysctl.d/99-hardway-kubernetes.conf"    // applied at every boot by systemd-sysctl

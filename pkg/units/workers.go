@@ -383,11 +383,31 @@ func (r *renderer) pauseImage() string {
 	return DefaultPauseImage
 }
 
-func renderModulesConf(*renderer, inventory.Host) ([]byte, []Setting, error) {
-	settings := []Setting{
+// NodeModules are the kernel modules a worker needs: loaded at every boot
+// (ModulesLoadConf) and, by the host step, now.
+func NodeModules() []Setting {
+	return []Setting{
 		{File: ModulesLoadConf, Key: "overlay", Value: "module", Reason: "containerd's overlayfs snapshotter"},
 		{File: ModulesLoadConf, Key: "br_netfilter", Value: "module", Reason: "bridged pod traffic passes iptables/nftables: a Service answered by a pod on the same bridge"},
 	}
+}
+
+// NodeSysctls are the kernel settings worker h needs: set at every boot
+// (SysctlConf) and, by the host step, now.
+func NodeSysctls(inv *inventory.Inventory, h inventory.Host) []Setting {
+	settings := []Setting{
+		{File: SysctlConf, Key: "net.ipv4.ip_forward", Value: 1, Reason: "the node routes pod traffic to and from the other nodes"},
+		{File: SysctlConf, Key: "net.bridge.bridge-nf-call-iptables", Value: 1, Reason: "kube-proxy's rules see traffic between pods on one bridge (needs br_netfilter)"},
+		{File: SysctlConf, Key: "net.bridge.bridge-nf-call-ip6tables", Value: 1, Reason: "the same for IPv6"},
+	}
+	if a, err := netip.ParseAddr(h.IP()); err == nil && a.Is6() || inv.Network.PodNet().Addr().Is6() {
+		settings = append(settings, Setting{File: SysctlConf, Key: "net.ipv6.conf.all.forwarding", Value: 1, Reason: "IPv6 pod traffic is routed too"})
+	}
+	return settings
+}
+
+func renderModulesConf(*renderer, inventory.Host) ([]byte, []Setting, error) {
+	settings := NodeModules()
 	var b strings.Builder
 	b.WriteString("# Rendered by hardway: kernel modules a Kubernetes node needs.\n")
 	for _, s := range settings {
@@ -397,14 +417,7 @@ func renderModulesConf(*renderer, inventory.Host) ([]byte, []Setting, error) {
 }
 
 func renderSysctlConf(r *renderer, h inventory.Host) ([]byte, []Setting, error) {
-	settings := []Setting{
-		{File: SysctlConf, Key: "net.ipv4.ip_forward", Value: 1, Reason: "the node routes pod traffic to and from the other nodes"},
-		{File: SysctlConf, Key: "net.bridge.bridge-nf-call-iptables", Value: 1, Reason: "kube-proxy's rules see traffic between pods on one bridge (needs br_netfilter)"},
-		{File: SysctlConf, Key: "net.bridge.bridge-nf-call-ip6tables", Value: 1, Reason: "the same for IPv6"},
-	}
-	if a, err := netip.ParseAddr(h.IP()); err == nil && a.Is6() || r.inv.Network.PodNet().Addr().Is6() {
-		settings = append(settings, Setting{File: SysctlConf, Key: "net.ipv6.conf.all.forwarding", Value: 1, Reason: "IPv6 pod traffic is routed too"})
-	}
+	settings := NodeSysctls(r.inv, h)
 	var b strings.Builder
 	b.WriteString("# Rendered by hardway: kernel settings a Kubernetes node needs.\n")
 	for _, s := range settings {
@@ -437,6 +450,12 @@ func renderKubeletConfig(r *renderer, h inventory.Host) ([]byte, []Setting, erro
 		{"", "", "healthzPort", KubeletHealthzPort, "the port 'hardway up' and verify probe"},
 		{"", "", "port", KubeletPort, "the kubelet API the apiserver calls for logs, exec and port-forward"},
 		{"", "", "readOnlyPort", 0, "no unauthenticated read-only API (10255)"},
+		{"", "", "resolvConf", KubeletResolvConf, "the host's real DNS servers for pods: a link to /etc/resolv.conf, or to systemd-resolved's upstream list where /etc/resolv.conf is its stub 127.0.0.53 (CoreDNS would forward to itself)"},
+	}
+	if inv.HostPrep.Swap == inventory.SwapLimited {
+		defs = append(defs,
+			settingDef{"", "", "failSwapOn", false, "hostPrep.swap: limited: the kubelet runs on a host with swap on"},
+			settingDef{"", "", "memorySwap.swapBehavior", "LimitedSwap", "hostPrep.swap: limited: Burstable pods may swap in proportion to their memory request; Guaranteed and BestEffort pods never (cgroup v2)"})
 	}
 	if s, ok := r.pods[h.Name]; ok && inv.Network.CNI != inventory.CNINone {
 		defs = append(defs, settingDef{"", "", "podCIDR", s.String(), "this node's pod subnet (state pod-subnets.yaml), the same as the bridge CNI's"})
