@@ -13,6 +13,7 @@ declare -A pkgs=(
   [openssl]=openssl                # `openssl verify` of every issued certificate
   [systemd-analyze]=systemd        # `systemd-analyze verify` of rendered units
   [debootstrap]=debootstrap        # the lab's Debian rootfs
+  [dpkg-scanpackages]=dpkg-dev     # the lab hosts' local apt index of the base's packages
   [systemd-nspawn]=systemd-container  # the lab's hosts
   [ip]=iproute2                    # the lab's netns, veth and bridge
   [curl]=curl                      # download baseline in the release benchmark

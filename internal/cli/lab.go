@@ -76,6 +76,9 @@ for them:
 			"hierarchy, writable cgroups, a plain /var/lib/containerd, kubelet's sysctls shown read-only, /dev/kmsg")
 	up.Flags().StringVar(&cfg.Dir, "dir", lab.DefaultDir, "directory for the inventory, SSH key, known_hosts and ssh_config")
 	up.Flags().StringVar(&cfg.Net, "net", lab.DefaultNet, "the lab's /24: bridge .1, hosts .11, .12, ...")
+	up.Flags().StringToStringVar(&cfg.HostSuites, "host-suite", nil,
+		"HOST=SUITE: boot that host from another Debian release than this machine's (worker-2=trixie), for a cluster that\n"+
+			"mixes releases; each suite's base is built once (debootstrap) and cached")
 	up.Flags().StringVar(&fetchOn, "fetch-on", "operator",
 		"operator: the inventory names the mirror on this machine's disk and 'hardway up' pushes every file over SSH;\n"+
 			"hosts: the lab serves the mirror over HTTP on its bridge address until 'lab down', and the inventory has\n"+

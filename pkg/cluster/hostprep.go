@@ -37,12 +37,18 @@ type hostPrepFacts struct {
 	Firewall hostos.Firewall
 	Resolv   string // "stub-upstream", "stub" or "ok" (see workerFactsScript)
 	Link     string // where the kubelet's resolv.conf link points ("" none)
+	TimeSync int    // active time sync services (systemd-timesyncd, chrony, ntpd); -1 unknown
+	// Container is what systemd-detect-virt --container says ("none" on
+	// a machine of its own): a container's clock is its machine's.
+	Container string
 }
 
 // hostPrepScript prints the facts of hostPrepFacts, one per line.
 func (c *Cluster) hostPrepScript(h inventory.Host) string {
 	var b strings.Builder
 	b.WriteString("echo @os; cat /etc/os-release 2>/dev/null; echo @facts\n")
+	b.WriteString("echo \"timesync $(systemctl is-active " + strings.Join(timeSyncUnits, " ") + " 2>/dev/null | grep -c '^active$')\"\n")
+	b.WriteString("echo \"container $(systemd-detect-virt --container 2>/dev/null || echo none)\"\n")
 	if c.isWorker(h.Name) {
 		var mods, keys []string
 		for _, s := range units.NodeModules() {
@@ -51,7 +57,13 @@ func (c *Cluster) hostPrepScript(h inventory.Host) string {
 		for _, s := range units.NodeSysctls(c.Inv, h) {
 			keys = append(keys, s.Key)
 		}
-		fmt.Fprintf(&b, "for m in %s; do if [ -d /sys/module/$m ]; then echo \"module $m yes\"; else echo \"module $m no\"; fi; done\n", strings.Join(mods, " "))
+		for _, m := range mods {
+			probe := "[ -d /sys/module/" + m + " ]"
+			if p, ok := moduleProbes[m]; ok {
+				probe += " || " + p
+			}
+			fmt.Fprintf(&b, "if %s; then echo 'module %s yes'; else echo 'module %s no'; fi\n", probe, m, m)
+		}
 		fmt.Fprintf(&b, "for k in %s; do f=/proc/sys/$(echo $k | tr . /); if [ -r $f ]; then echo \"sysctl $k $(cat $f)\"; else echo \"sysctl $k missing\"; fi; done\n", strings.Join(keys, " "))
 		fmt.Fprintf(&b, "for t in %s; do if command -v $t >/dev/null 2>&1; then echo \"tool $t yes\"; else echo \"tool $t no\"; fi; done\n", workerToolWords())
 		b.WriteString(`if grep -qs '^nameserver 127\.0\.0\.53' /etc/resolv.conf; then
@@ -62,7 +74,10 @@ echo "link $(readlink ` + units.KubeletResolvConf + ` 2>/dev/null)"
 	}
 	// ufw status needs root, as every command here; firewall-cmd answers
 	// only while firewalld runs.
-	b.WriteString(`if command -v ufw >/dev/null 2>&1; then ufw status verbose 2>/dev/null | sed 's/^/ufw /'; fi
+	// ufw is asked only when its config says it is on: the command is a
+	// Python program, a third of a second on a small host, and up's no-op
+	// run reads every host.
+	b.WriteString(`if grep -qs '^ENABLED=yes' /etc/ufw/ufw.conf && command -v ufw >/dev/null 2>&1; then ufw status verbose 2>/dev/null | sed 's/^/ufw /'; fi
 if command -v firewall-cmd >/dev/null 2>&1 && firewall-cmd --state >/dev/null 2>&1; then
   echo "firewalld ports $(firewall-cmd --list-ports)"
   for s in $(firewall-cmd --list-services); do echo "firewalld service $s $(firewall-cmd --permanent --service=$s --get-ports 2>/dev/null)"; done
@@ -72,8 +87,20 @@ fi
 	return b.String()
 }
 
+// moduleProbes tell a module that is there by what it provides: a module
+// built into the kernel has no /sys/module entry unless it has parameters,
+// and a container (the lab's hosts) sees no /sys/module at all.
+var moduleProbes = map[string]string{
+	"overlay":      "grep -qw overlay /proc/filesystems",
+	"br_netfilter": "[ -d /proc/sys/net/bridge ]",
+}
+
+// timeSyncUnits are the services that keep a clock in step; one active is
+// enough (preflight measures the skew itself).
+var timeSyncUnits = []string{"systemd-timesyncd", "chrony", "chronyd", "ntp", "ntpd", "ntpsec", "openntpd"}
+
 func parseHostPrepFacts(out string) hostPrepFacts {
-	f := hostPrepFacts{Modules: map[string]bool{}, Sysctls: map[string]string{}, Tools: map[string]bool{}, Resolv: "ok"}
+	f := hostPrepFacts{Modules: map[string]bool{}, Sysctls: map[string]string{}, Tools: map[string]bool{}, Resolv: "ok", TimeSync: -1}
 	osPart, rest, _ := strings.Cut(out, "@facts\n")
 	f.OS = hostos.ParseOSRelease(strings.TrimPrefix(osPart, "@os\n"))
 	var ufw, firewalld strings.Builder
@@ -91,6 +118,10 @@ func parseHostPrepFacts(out string) hostPrepFacts {
 			f.Sysctls[fs[1]] = fs[2]
 		case fs[0] == "tool" && len(fs) == 3:
 			f.Tools[fs[1]] = fs[2] == "yes"
+		case fs[0] == "container" && len(fs) == 2:
+			f.Container = fs[1]
+		case fs[0] == "timesync" && len(fs) == 2:
+			fmt.Sscan(fs[1], &f.TimeSync)
 		case fs[0] == "resolv" && len(fs) == 2:
 			f.Resolv = fs[1]
 		case fs[0] == "link":
@@ -143,6 +174,11 @@ func (c *Cluster) hostPrepChanges(h inventory.Host, f hostPrepFacts) (changes, p
 	distro, warn := hostos.Identify(f.OS)
 	if warn != "" {
 		warnings = append(warnings, warn)
+	}
+	if f.TimeSync == 0 && !h.ContainerHost && (f.Container == "none" || f.Container == "") {
+		// A container's clock is its machine's.
+		warnings = append(warnings, "no time sync service is active ("+strings.Join(timeSyncUnits[:3], ", ")+"): the hosts' clocks drift apart, and certificates and leader leases break beyond 2 s (hint: "+
+			hostos.InstallHint(distro.Family, []string{"systemd-timesyncd"})+" && systemctl enable --now systemd-timesyncd, or chrony)")
 	}
 	worker := c.isWorker(h.Name)
 	if worker {

@@ -17,6 +17,7 @@ PRETTY_NAME="Debian GNU/Linux 13 (trixie)"
 ID=debian
 VERSION_ID="13"
 @facts
+timesync 1
 module overlay yes
 module br_netfilter no
 sysctl net.ipv4.ip_forward 0
@@ -125,15 +126,20 @@ ufw Anywhere                   ALLOW FWD   10.200.0.0/16
 	cp := `@os
 ID=arch
 @facts
+timesync 0
 ufw Status: active
 ufw Default: deny (incoming), allow (outgoing), deny (routed)
 ufw 6443/tcp                   ALLOW IN    Anywhere
 `
-	changes, _, warnings = c.hostPrepChanges(inv.ControlPlane[0], parseHostPrepFacts(cp))
+	_, _, warnings = c.hostPrepChanges(inv.ControlPlane[0], parseHostPrepFacts(strings.Replace(cp, "timesync 0\n", "timesync 0\ncontainer systemd-nspawn\n", 1)))
+	if len(warnings) != 1 {
+		t.Errorf("a container's clock is its machine's, no time sync warning: %v", warnings)
+	}
+	changes, _, warnings = c.hostPrepChanges(inv.ControlPlane[0], parseHostPrepFacts(strings.Replace(cp, "timesync 0\n", "timesync 0\ncontainer none\n", 1)))
 	if got := descs(changes); len(changes) != 1 || !strings.Contains(got, "open in ufw: 2379/tcp (etcd client), 2380/tcp (etcd peer) $") || strings.Contains(got, "route") {
 		t.Errorf("control plane: %s", got)
 	}
-	if len(warnings) != 1 || !strings.Contains(warnings[0], "not a distribution hardway knows") {
-		t.Errorf("unknown distribution: %v", warnings)
+	if len(warnings) != 2 || !strings.Contains(warnings[0], "not a distribution hardway knows") || !strings.Contains(warnings[1], "no time sync service is active") {
+		t.Errorf("unknown distribution, no time sync: %v", warnings)
 	}
 }

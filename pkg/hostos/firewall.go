@@ -105,13 +105,19 @@ func (f Firewall) OpenCommands(ports []Port, pods netip.Prefix) []string {
 func ParseUfw(out string) Firewall {
 	f := Firewall{}
 	for _, l := range strings.Split(out, "\n") {
+		if i := strings.Index(l, " # "); i >= 0 { // a rule's comment
+			l = l[:i]
+		}
 		l = strings.TrimSpace(l)
 		switch {
 		case l == "Status: active":
 			f.Kind = "ufw"
 		case strings.HasPrefix(l, "Default:"):
 			f.AllowIn = strings.Contains(l, "allow (incoming)")
-			f.RoutedAllowed = strings.Contains(l, "allow (routed)") || strings.Contains(l, "disabled (routed)")
+			// "disabled (routed)" is ufw's word for a host that does
+			// not forward yet (ip_forward 0): its policy, drop by
+			// default, applies once the worker forwards.
+			f.RoutedAllowed = strings.Contains(l, "allow (routed)")
 		}
 		to, rest, ok := cutAction(l)
 		if !ok {

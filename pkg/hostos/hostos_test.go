@@ -82,17 +82,17 @@ To                         Action      From
 6443/tcp                   ALLOW IN    Anywhere                   # hardway: kube-apiserver
 2379:2380/tcp              ALLOW IN    Anywhere
 10250                      ALLOW IN    10.240.0.0/24
-10.200.0.0/16              ALLOW FWD   Anywhere
-Anywhere                   ALLOW FWD   10.200.0.0/16
+10.200.0.0/16              ALLOW FWD   Anywhere                   # hardway: pods
+Anywhere                   ALLOW FWD   10.200.0.0/16              # hardway: pods
 `, nil, false},
 		{"route one way only", `Status: active
 Default: deny (incoming), allow (outgoing), deny (routed)
 10.200.0.0/16              ALLOW FWD   Anywhere
 `, []int{6443, 2379, 2380, 10250}, true},
-		{"udp does not open tcp", `Status: active
+		{"udp does not open tcp; routed disabled (no forwarding yet) is not allowed", `Status: active
 Default: deny (incoming), allow (outgoing), disabled (routed)
 6443/udp                   ALLOW IN    Anywhere
-`, []int{6443, 2379, 2380, 10250}, false},
+`, []int{6443, 2379, 2380, 10250}, true},
 		{"allow incoming", "Status: active\nDefault: allow (incoming), allow (outgoing), allow (routed)\n", nil, false},
 		{"a source allowed everything", "Status: active\nDefault: deny (incoming), allow (outgoing), deny (routed)\nAnywhere                   ALLOW IN    10.240.0.0/24\n", nil, true},
 	} {

@@ -32,23 +32,29 @@ var basePackages = []string{
 	"iproute2", "ca-certificates", "curl", "procps", "iputils-ping", "less",
 
 	"iptables", "nftables", "conntrack", "socat", "kmod", "util-linux", "mount", "ethtool",
+
+	// Installed, not enabled: a test turns it on to close ports (the host
+	// step names and opens them). dpkg-dev's index of the .debs debootstrap
+	// fetched is the hosts' one apt source: apt-get installs from it with
+	// no network (the host step's hostPrep.packages: install).
+	"ufw",
 }
 
 // baseRecipe names what prepareBase does; bump it when that changes.
-const baseRecipe = "hardway-lab-base 2"
+const baseRecipe = "hardway-lab-base 3"
 
 // baseStamp is written into a finished base. Its hash names the base's
 // directory, so a base built from another package list or recipe is never
 // used: the lab builds a new one beside it.
-func baseStamp(packages []string) string {
+func baseStamp(suite string, packages []string) string {
 	p := slices.Clone(packages)
 	slices.Sort(p)
-	return baseRecipe + "\npackages: " + strings.Join(p, ",") + "\n"
+	return baseRecipe + "\nsuite: " + suite + "\npackages: " + strings.Join(p, ",") + "\n"
 }
 
-func baseKey(packages []string) string {
-	sum := sha256.Sum256([]byte(baseStamp(packages)))
-	return hex.EncodeToString(sum[:6])
+func baseKey(suite string, packages []string) string {
+	sum := sha256.Sum256([]byte(baseStamp(suite, packages)))
+	return suite + "-" + hex.EncodeToString(sum[:6])
 }
 
 // networkUnits would wake up inside a host on their own and try the network
@@ -71,11 +77,64 @@ func (l *Lab) Base(ctx context.Context) (string, error) {
 	return l.ensureBase(ctx)
 }
 
-// ensureBase debootstraps the shared read-only lower layer once; later labs
-// reuse it. A lock keeps two concurrent `lab up`s from building it twice.
+// source is the Debian mirror and suite of the lab's bases: the
+// configured ones, else this machine's apt configuration's.
+func (l *Lab) source() (aptSource, error) {
+	src := aptSource{URI: l.cfg.DebianMirror, Suite: l.cfg.Suite}
+	if src.URI == "" || src.Suite == "" {
+		found, err := debianSource("")
+		if err != nil {
+			return src, usererr.New(err, "configure apt (/etc/apt/sources.list.d/debian.sources) or set the Debian mirror explicitly")
+		}
+		if src.URI == "" {
+			src.URI = found.URI
+		}
+		if src.Suite == "" {
+			src.Suite = found.Suite
+		}
+	}
+	return src, nil
+}
+
+// DefaultSuite is the Debian suite the lab's hosts boot unless told
+// otherwise: this machine's apt configuration's.
+func DefaultSuite() (string, error) {
+	src, err := debianSource("")
+	return src.Suite, err
+}
+
+// suites are the suites of the lab's hosts: the default first, then each
+// other one Config.HostSuites names.
+func (l *Lab) suites() ([]string, error) {
+	src, err := l.source()
+	if err != nil {
+		return nil, err
+	}
+	out := []string{src.Suite}
+	for _, s := range l.cfg.HostSuites {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out[1:])
+	return out, nil
+}
+
+// ensureBase debootstraps the shared read-only lower layer of the default
+// suite once; later labs reuse it.
 func (l *Lab) ensureBase(ctx context.Context) (string, error) {
-	stamp := baseStamp(basePackages)
-	rootfs := filepath.Join(l.cfg.BaseDir, "rootfs-"+baseKey(basePackages))
+	src, err := l.source()
+	if err != nil {
+		return "", err
+	}
+	return l.ensureSuiteBase(ctx, src.Suite)
+}
+
+// ensureSuiteBase is ensureBase for one suite. A lock keeps two concurrent
+// `lab up`s from building it twice.
+func (l *Lab) ensureSuiteBase(ctx context.Context, suite string) (string, error) {
+	stamp := baseStamp(suite, basePackages)
+	rootfs := filepath.Join(l.cfg.BaseDir, "rootfs-"+baseKey(suite, basePackages))
 	if got, err := os.ReadFile(filepath.Join(rootfs, "etc/hardway-lab-base")); err == nil && string(got) == stamp {
 		return rootfs, nil
 	}
@@ -93,23 +152,17 @@ func (l *Lab) ensureBase(ctx context.Context) (string, error) {
 	if err := os.RemoveAll(rootfs); err != nil { // a half-built one
 		return "", err
 	}
-	if _, err := exec.LookPath("debootstrap"); err != nil {
-		return "", usererr.Errorf("install it: apt-get install debootstrap (or run hack/setup.sh)",
-			"debootstrap not found: the lab builds its Debian rootfs with it")
-	}
-	src := aptSource{URI: l.cfg.DebianMirror, Suite: l.cfg.Suite}
-	if src.URI == "" || src.Suite == "" {
-		found, err := debianSource("")
-		if err != nil {
-			return "", usererr.New(err, "configure apt (/etc/apt/sources.list.d/debian.sources) or set the Debian mirror explicitly")
-		}
-		if src.URI == "" {
-			src.URI = found.URI
-		}
-		if src.Suite == "" {
-			src.Suite = found.Suite
+	for _, tool := range []string{"debootstrap", "dpkg-scanpackages"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return "", usererr.Errorf("install it: apt-get install debootstrap dpkg-dev (or run hack/setup.sh)",
+				"%s not found: the lab builds its Debian rootfs and its local package index with it", tool)
 		}
 	}
+	src, err := l.source()
+	if err != nil {
+		return "", err
+	}
+	src.Suite = suite
 	tmp := rootfs + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
 		return "", err
@@ -127,23 +180,29 @@ func (l *Lab) ensureBase(ctx context.Context) (string, error) {
 	if err := cmd.Run(); err != nil {
 		return "", usererr.Errorf("see "+logPath, "debootstrap %s from %s: %w", src.Suite, src.URI, err)
 	}
-	if err := prepareBase(tmp, stamp); err != nil {
+	if err := prepareBase(ctx, tmp, stamp); err != nil {
 		return "", fmt.Errorf("prepare lab base: %w", err)
 	}
 	if err := os.Rename(tmp, rootfs); err != nil {
 		return "", err
 	}
-	l.removeOldBases(rootfs)
+	l.removeOldBases(suite, rootfs)
 	return rootfs, nil
 }
 
-// removeOldBases deletes the bases of other package lists or recipes that no
-// running lab uses as its lower layer (about 300 MB each). Called under the
-// base lock, so no base is being built.
-func (l *Lab) removeOldBases(keep string) {
+// removeOldBases deletes the bases of suite with other package lists or
+// recipes (and those of an older naming, without a suite) that no running
+// lab uses as its lower layer (about 300 MB each); another suite's base
+// stays. Called under the base lock, so no base is being built.
+func (l *Lab) removeOldBases(suite, keep string) {
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	old, _ := filepath.Glob(filepath.Join(l.cfg.BaseDir, "rootfs*"))
+	old, _ := filepath.Glob(filepath.Join(l.cfg.BaseDir, "rootfs-*"))
 	for _, d := range old {
+		name := strings.TrimPrefix(filepath.Base(d), "rootfs-")
+		s, _, named := strings.Cut(name, "-")
+		if named && s != suite {
+			continue
+		}
 		if d == keep || strings.Contains(string(mi), "lowerdir="+d+",") || strings.Contains(string(mi), "lowerdir="+d+" ") {
 			continue
 		}
@@ -158,7 +217,7 @@ func (l *Lab) removeOldBases(keep string) {
 // prepareBase makes a fresh debootstrap usable as a shared lower layer: no
 // identity of its own (each host gets its own host key and machine-id), sshd
 // for keys only, nothing that tries the network by itself, multi-user boot.
-func prepareBase(r, stamp string) error {
+func prepareBase(ctx context.Context, r, stamp string) error {
 	keys, _ := filepath.Glob(filepath.Join(r, "etc/ssh/ssh_host_*"))
 	for _, k := range keys {
 		if err := os.Remove(k); err != nil {
@@ -194,7 +253,41 @@ func prepareBase(r, stamp string) error {
 			return err
 		}
 	}
+	if err := localAptSource(ctx, r); err != nil {
+		return err
+	}
 	return os.WriteFile(filepath.Join(r, "etc/hardway-lab-base"), []byte(stamp), 0o644)
+}
+
+// localAptSource makes the .debs debootstrap left in the rootfs's apt cache
+// its only apt source, with an index dpkg-scanpackages writes: a lab host
+// has no way to a Debian mirror, and apt-get install of a package the base
+// has (one a test removed) works from it, as on a real host.
+func localAptSource(ctx context.Context, r string) error {
+	const repo = "var/cache/apt/archives"
+	cmd := exec.CommandContext(ctx, "dpkg-scanpackages", "--multiversion", ".")
+	cmd.Dir = filepath.Join(r, repo)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	idx, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("dpkg-scanpackages: %w: %s", err, stderr.String())
+	}
+	if err := os.WriteFile(filepath.Join(r, repo, "Packages"), idx, 0o644); err != nil {
+		return err
+	}
+	for _, f := range []string{"etc/apt/sources.list"} {
+		if err := os.WriteFile(filepath.Join(r, f), []byte("# hardway lab: the base's own packages, no network\ndeb [trusted=yes] file:/"+repo+" ./\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	srcs, _ := filepath.Glob(filepath.Join(r, "etc/apt/sources.list.d/*"))
+	for _, f := range srcs {
+		if err := os.Remove(f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // flock takes an exclusive lock on path, waiting for it.

@@ -42,6 +42,10 @@ type Config struct {
 
 	DebianMirror string // default: from this machine's apt configuration
 	Suite        string // default: from this machine's apt configuration
+	// HostSuites gives single hosts another Debian suite than Suite (by
+	// host name: worker-2 -> trixie), for a cluster that mixes releases.
+	// Each suite has its own cached base.
+	HostSuites map[string]string
 
 	KubernetesVersion string // for the inventory; default v1.36.3
 	EtcdVersion       string // default v3.6.16
@@ -136,6 +140,11 @@ func New(cfg Config) (*Lab, error) {
 	if !prefixRE.MatchString(cfg.Prefix) {
 		// veth names are at most 15 bytes: <prefix>-c<N>-v must fit
 		errs = append(errs, fmt.Errorf("--prefix %q: want 1 to 6 lowercase letters or digits, starting with a letter", cfg.Prefix))
+	}
+	for host, suite := range cfg.HostSuites {
+		if !releaseSuite(suite) {
+			errs = append(errs, fmt.Errorf("--host-suite %s=%s: want a Debian release suite, such as trixie", host, suite))
+		}
 	}
 	p, err := parseNet(cfg.Net)
 	if err != nil {

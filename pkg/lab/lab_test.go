@@ -338,22 +338,25 @@ func TestPlannedHostsWithWorkers(t *testing.T) {
 
 // A base built from another package list must not be reused.
 func TestBaseKeyFollowsPackages(t *testing.T) {
-	k := baseKey(basePackages)
-	if k != baseKey(slices.Clone(basePackages)) {
+	k := baseKey("bookworm", basePackages)
+	if k != baseKey("bookworm", slices.Clone(basePackages)) {
 		t.Fatal("baseKey is not stable")
 	}
 	rev := slices.Clone(basePackages)
 	slices.Reverse(rev)
-	if baseKey(rev) != k {
+	if baseKey("bookworm", rev) != k {
 		t.Error("baseKey depends on the order of the packages")
 	}
-	if baseKey(basePackages[1:]) == k || baseKey(append(slices.Clone(basePackages), "vim")) == k {
+	if baseKey("bookworm", basePackages[1:]) == k || baseKey("bookworm", append(slices.Clone(basePackages), "vim")) == k {
 		t.Error("baseKey ignores the package list")
 	}
 	for _, p := range []string{"iptables", "nftables", "conntrack", "socat", "iproute2", "kmod", "procps", "ca-certificates"} {
 		if !slices.Contains(basePackages, p) {
 			t.Errorf("base lacks %s, which a worker needs", p)
 		}
+	}
+	if baseKey("trixie", basePackages) == k || !strings.HasPrefix(baseKey("trixie", basePackages), "trixie-") {
+		t.Error("baseKey does not follow the suite")
 	}
 }
 

@@ -72,9 +72,21 @@ func (l *Lab) Up(ctx context.Context) (*Result, error) {
 	if err := l.checkFree(); err != nil {
 		return nil, err
 	}
-	base, err := l.ensureBase(ctx)
+	suites, err := l.suites()
 	if err != nil {
 		return nil, err
+	}
+	bases := map[string]string{}
+	for _, suite := range suites {
+		if bases[suite], err = l.ensureSuiteBase(ctx, suite); err != nil {
+			return nil, err
+		}
+	}
+	baseOf := func(host string) string {
+		if s, ok := l.cfg.HostSuites[host]; ok {
+			return bases[s]
+		}
+		return bases[suites[0]]
 	}
 	if err := l.raiseInotifyLimit(); err != nil {
 		return nil, err
@@ -151,7 +163,7 @@ func (l *Lab) Up(ctx context.Context) (*Result, error) {
 		if err := st.save(); err != nil {
 			return fail(err)
 		}
-		hk, err := l.createHost(ctx, base, h, planned, key.Public().(ed25519.PublicKey))
+		hk, err := l.createHost(ctx, baseOf(h.Name), h, planned, key.Public().(ed25519.PublicKey))
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", h.Name, err))
 		}

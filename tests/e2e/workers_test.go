@@ -43,7 +43,10 @@ func setupWorkers(t *testing.T) *workersEnv {
 		}
 	}
 	dir := t.TempDir()
-	l, res := labtest.Start(t, lab.Config{Dir: dir, Prefix: "hwk", Net: "10.240.4", Workers: 2, Mirror: mirror, ServeMirror: true})
+	// worker-2 boots another Debian release than the rest: one cluster
+	// mixes two distributions' systemd, iptables and libc.
+	l, res := labtest.Start(t, lab.Config{Dir: dir, Prefix: "hwk", Net: "10.240.4", Workers: 2, Mirror: mirror, ServeMirror: true,
+		HostSuites: map[string]string{"worker-2": otherSuite(t)}})
 	e := &env{t: t, inv: res.Inventory, cacheDir: filepath.Join(dir, "cache"), res: res, mirror: mirror}
 	return &workersEnv{env: e, kubectl: mirrortest.KubeBinary(t, "kubectl"), lab: l,
 		kubeconfig: filepath.Join(filepath.Dir(res.Inventory), ".hardway/kubeconfigs/admin.kubeconfig")}
@@ -382,6 +385,9 @@ func TestWorkers(t *testing.T) {
 	// After every other scenario: it replaces the cluster CA (and leaves the
 	// cluster converged on the new one).
 	e.kubernetesCAScenarios(t)
+	// Last: ufw on a worker would answer the other scenarios' probes of
+	// closed ports with silence.
+	e.hostPrepScenarios(t)
 }
 
 // The seeds' bring-your-own-CNI failures, diagnosed on the live cluster

@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/hardway/hardway/pkg/lab"
+	"github.com/hardway/hardway/pkg/verify"
+)
+
+// otherSuite is the Debian release the suite's mixed cluster runs on one
+// worker: not this machine's (the other hosts').
+func otherSuite(t *testing.T) string {
+	t.Helper()
+	s, err := lab.DefaultSuite()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s == "trixie" {
+		return "bookworm"
+	}
+	return "trixie"
+}
+
+// The host step on a real systemd host (a lab worker): stripped of its
+// sysctls, its boot files, a package, its resolv.conf and its firewall's
+// ports, it is named by preflight, the host step and verify, each with its
+// fix; up with hostPrep install/open fixes all of it, the next up changes
+// nothing, and pods still reach each other across the firewall.
+func (e *workersEnv) hostPrepScenarios(t *testing.T) {
+	const w = "worker-2"
+	t.Run("the mixed cluster: worker-2 runs another Debian release, and verify names each host's", func(t *testing.T) {
+		e.t = t
+		want := map[string]string{"bookworm": "Debian 12", "trixie": "Debian 13"}[otherSuite(t)]
+		r := e.verify()
+		found := false
+		for _, x := range r.Results {
+			if x.Check == "host/prep" && x.Host == w && x.Status == verify.Pass {
+				found = strings.HasPrefix(x.Message, want+":")
+			}
+		}
+		if !found {
+			t.Fatalf("verify has no host/prep OK for %s naming %s:\n%v", w, want, r.Results)
+		}
+	})
+
+	t.Run("a stripped worker: up --dry-run names each fix, up makes them, the next up says no changes", func(t *testing.T) {
+		e.t = t
+		strip := `set -e
+sysctl -qw net.ipv4.ip_forward=0
+rm -f /etc/sysctl.d/99-hardway-kubernetes.conf /etc/modules-load.d/hardway-kubernetes.conf
+DEBIAN_FRONTEND=noninteractive apt-get remove -y -q conntrack >/dev/null
+mkdir -p /run/systemd/resolve && cp /etc/resolv.conf /run/systemd/resolve/resolv.conf
+printf 'nameserver 127.0.0.53\noptions edns0 trust-ad\n' > /etc/resolv.conf
+ufw allow 22/tcp >/dev/null && ufw --force enable >/dev/null
+ufw status verbose`
+		if out, err := e.ssh(w, strip); err != nil {
+			t.Fatalf("strip %s: %v\n%s", w, err, out)
+		}
+		t.Cleanup(func() { _, _ = e.ssh(w, "ufw --force disable; ufw --force reset") })
+
+		// hostPrep check (the default): the firewall stops up, with the
+		// commands; conntrack is a warning.
+		code, out, errs := e.hardway("up", "--dry-run")
+		for _, want := range []string{"ufw closes 10250/tcp (kubelet secure), 10256/tcp (kube-proxy healthz), forwarded pod traffic 10.200.0.0/16",
+			"ufw allow 10250/tcp comment 'hardway: kubelet secure'", "or set hostPrep.firewall: open", "conntrack not found (package conntrack)"} {
+			if code == 0 || !strings.Contains(out+errs, want) {
+				t.Errorf("up --dry-run with hostPrep check: exit %d, lacks %q:\n%s\n%s", code, want, out, errs)
+			}
+		}
+		r := e.verify()
+		var f []string
+		for _, x := range r.Results {
+			if x.Check == "host/prep" && x.Status == verify.Fail {
+				f = append(f, x.Message+" (hint: "+x.Hint+")")
+			}
+		}
+		for _, want := range []string{"set net.ipv4.ip_forward = 1, now 0", "link /var/lib/kubelet/resolv.conf to /run/systemd/resolve/resolv.conf", "ufw closes 10250/tcp"} {
+			if !strings.Contains(strings.Join(f, "\n"), want) {
+				t.Errorf("verify host/prep lacks %q:\n%s", want, strings.Join(f, "\n"))
+			}
+		}
+
+		orig, err := os.ReadFile(e.inv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.WriteFile(e.inv, orig, 0o644) })
+		if err := os.WriteFile(e.inv, append(append([]byte{}, orig...), "hostPrep:\n  packages: install\n  firewall: open\n"...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dry := e.mustUp("--dry-run")
+		for _, want := range []string{
+			"set net.ipv4.ip_forward = 1, now 0",
+			"install conntrack (apt)",
+			"open in ufw: 10250/tcp (kubelet secure), 10256/tcp (kube-proxy healthz), forwarded pod traffic 10.200.0.0/16",
+			"link /var/lib/kubelet/resolv.conf to /run/systemd/resolve/resolv.conf",
+			"/etc/sysctl.d/99-hardway-kubernetes.conf", "/etc/modules-load.d/hardway-kubernetes.conf",
+		} {
+			if !strings.Contains(dry, want) {
+				t.Errorf("up --dry-run lacks %q:\n%s", want, dry)
+			}
+		}
+		if out, _ := e.ssh(w, "sysctl -n net.ipv4.ip_forward; command -v conntrack || echo none"); !strings.Contains(out, "0\nnone") {
+			t.Fatalf("the dry run changed the host: %q", out)
+		}
+		up := e.mustUp()
+		if strings.Contains(up, "no changes") {
+			t.Fatalf("up changed nothing:\n%s", up)
+		}
+		out2, err := e.ssh(w, "sysctl -n net.ipv4.ip_forward; command -v conntrack; readlink /var/lib/kubelet/resolv.conf; ufw status | grep -c 10250")
+		if err != nil || out2 != "1\n/usr/sbin/conntrack\n/run/systemd/resolve/resolv.conf\n2\n" {
+			t.Errorf("after up: %v %q", err, out2)
+		}
+		if again := e.mustUp(); !strings.Contains(again, "no changes") {
+			t.Fatalf("second up:\n%s", again)
+		}
+		if f := failures(e.verify()); len(f) > 0 {
+			t.Fatalf("verify after up, ufw on:\n  %s", strings.Join(f, "\n  "))
+		}
+		// Pods across the firewall: smoke's cross-node traffic and DNS.
+		if code, out, errs := e.hardway("smoke"); code != 0 {
+			t.Fatalf("smoke with ufw on %s: exit %d\n%s\n%s", w, code, out, errs)
+		}
+	})
+}
