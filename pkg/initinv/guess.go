@@ -37,11 +37,16 @@ func Roles(n, controllers, workers int) (cp int, why string, err error) {
 	case n >= 3:
 		cp = 3
 		why = "the first 3 hosts run the control plane (etcd keeps quorum with one down)"
-	default:
+	case n == 2:
 		cp = 1
 		why = "the first host runs the control plane (one, not two: etcd needs a majority, and two members survive no more failures than one)"
+	default:
+		cp = 1
+		why = "the one host runs the control plane"
 	}
 	switch w := n - cp; {
+	case w == 0 && n == 1:
+		why += "; no workers, so no pods run"
 	case w == 0:
 		why += "; no workers, so no pods run: --workers N makes the last N hosts workers"
 	case controllers > 0 || workers >= 0:

@@ -15,7 +15,7 @@ func TestRoles(t *testing.T) {
 		why                     string // a part of it
 		err                     bool
 	}{
-		{n: 1, workers: -1, want: 1, why: "no workers"},
+		{n: 1, workers: -1, want: 1, why: "the one host runs the control plane; no workers, so no pods run"},
 		{n: 2, workers: -1, want: 1, why: "one, not two"}, // never 2: etcd wants an odd count
 		{n: 3, workers: -1, want: 3, why: "no workers, so no pods run: --workers N"},
 		{n: 4, workers: -1, want: 3, why: "the other host is a worker"},
