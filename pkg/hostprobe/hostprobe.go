@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,7 +72,13 @@ type Address struct {
 // Route is one IPv4 route of a host, as ip prints it.
 type Route struct {
 	Dest netip.Prefix `json:"dest"`
-	Line string       `json:"line"` // for messages: why a range was avoided
+	// Bare: a route with no gateway (via) and no source address (src),
+	// so not a network's: it puts traffic for Dest on a link as it is.
+	// The lab's workers route the Services' range so ("10.32.0.0/24 dev
+	// eth0"): traffic from the node to a ClusterIP needs a route before
+	// kube-proxy rewrites it.
+	Bare bool   `json:"bare,omitempty"`
+	Line string `json:"line"` // for messages: why a range was avoided
 }
 
 // OSRelease is the part of /etc/os-release hardway reads.
@@ -182,7 +189,8 @@ func parseRoutes(lines []string) []Route {
 	var out []Route
 	for _, l := range lines {
 		fs := strings.Fields(l)
-		if len(fs) > 1 && routeTypes[fs[0]] {
+		typed := len(fs) > 1 && routeTypes[fs[0]]
+		if typed {
 			fs = fs[1:]
 		}
 		if len(fs) == 0 || fs[0] == "default" {
@@ -196,7 +204,9 @@ func parseRoutes(lines []string) []Route {
 		if err != nil || !p.Addr().Is4() || p.Bits() == 0 {
 			continue
 		}
-		out = append(out, Route{Dest: p.Masked(), Line: strings.Join(strings.Fields(l), " ")})
+		bare := !typed && len(fs) > 1 && fs[1] == "dev" &&
+			!slices.ContainsFunc(fs, func(w string) bool { return w == "via" || w == "src" || w == "nexthop" })
+		out = append(out, Route{Dest: p.Masked(), Bare: bare, Line: strings.Join(strings.Fields(l), " ")})
 	}
 	return out
 }

@@ -23,6 +23,7 @@ default via 10.240.0.1 dev host0 proto static
 172.17.0.0/16 dev docker0 proto kernel scope link src 172.17.0.1 linkdown
 blackhole 10.200.0.0/16
 10.1.2.3 via 10.240.0.1 dev host0
+10.32.0.0/24 dev host0
 @machine
 aarch64
 @os-release
@@ -66,14 +67,21 @@ func TestParse(t *testing.T) {
 		dests = append(dests, r.Dest.String())
 	}
 	// No default route: it is every address, not a network to avoid.
-	if got := strings.Join(dests, " "); got != "10.240.0.0/24 172.17.0.0/16 10.200.0.0/16 10.1.2.3/32" {
+	if got := strings.Join(dests, " "); got != "10.240.0.0/24 172.17.0.0/16 10.200.0.0/16 10.1.2.3/32 10.32.0.0/24" {
 		t.Errorf("routes %s", got)
+	}
+	// Only the lab's route for the Services is bare: no gateway, no
+	// source address, not a blackhole.
+	for _, r := range f.Routes {
+		if r.Bare != (r.Dest.String() == "10.32.0.0/24") {
+			t.Errorf("%q: bare %v", r.Line, r.Bare)
+		}
 	}
 	var nets []string
 	for _, n := range f.Networks() {
 		nets = append(nets, n.String())
 	}
-	if got := strings.Join(nets, " "); got != "127.0.0.0/8 10.240.0.0/24 172.17.0.0/16 10.240.0.0/24 172.17.0.0/16 10.200.0.0/16 10.1.2.3/32" {
+	if got := strings.Join(nets, " "); got != "127.0.0.0/8 10.240.0.0/24 172.17.0.0/16 10.240.0.0/24 172.17.0.0/16 10.200.0.0/16 10.1.2.3/32 10.32.0.0/24" {
 		t.Errorf("networks %s", got)
 	}
 }

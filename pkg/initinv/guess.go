@@ -126,7 +126,12 @@ func Names(hostnames, targets []string) (names, notes []string) {
 // the pod and service ranges must overlap none of them.
 type Network struct {
 	Prefix netip.Prefix
-	Why    string // "controller-1: address 10.0.0.11/24 on eth0"
+	Why    string // "controller-1's address 10.0.0.11/24 on eth0"
+	// Bare: a route of exactly Prefix with no gateway and no source
+	// address (hostprobe.Route.Bare): one made for a cluster range, as
+	// the lab's workers route the Services'. It rules out every range but
+	// Prefix itself.
+	Bare bool
 }
 
 // privateSpaces are where the ranges are looked for (RFC 1918), in order
@@ -161,19 +166,28 @@ func PickRanges(avoid []Network) (pod, svc Range, err error) {
 func pickRange(key string, def netip.Prefix, avoid []Network) (Range, error) {
 	hit := func(p netip.Prefix) *Network {
 		for i := range avoid {
-			if avoid[i].Prefix.Overlaps(p) {
-				return &avoid[i]
+			if n := &avoid[i]; n.Prefix.Overlaps(p) && !(n.Bare && n.Prefix == p) {
+				return n
 			}
 		}
 		return nil
 	}
+	// made says which bare routes are for exactly p.
+	made := func(p netip.Prefix) string {
+		for _, n := range avoid {
+			if n.Bare && n.Prefix == p {
+				return fmt.Sprintf("; %s is a route made for it (no gateway, no source address), not a network", n.Why)
+			}
+		}
+		return ""
+	}
 	first := hit(def)
 	if first == nil {
-		return Range{def, fmt.Sprintf("%s %s, the default: no host has an address in it or a route to it", key, def)}, nil
+		return Range{def, fmt.Sprintf("%s %s, the default: no host has an address in it or a route to it%s", key, def, made(def))}, nil
 	}
 	for p := range candidates(def) {
 		if hit(p) == nil {
-			return Range{p, fmt.Sprintf("%s %s: the default %s overlaps %s (%s)", key, p, def, first.Prefix, first.Why)}, nil
+			return Range{p, fmt.Sprintf("%s %s: the default %s overlaps %s (%s)%s", key, p, def, first.Prefix, first.Why, made(p))}, nil
 		}
 	}
 	return Range{}, usererr.Errorf("write network."+key+" into the file by hand",

@@ -106,6 +106,12 @@ func TestPickRanges(t *testing.T) {
 		{"the walk wraps around inside 10/8", nets("10.200.0.0/13", "10.208.0.0/12", "10.224.0.0/11"), "10.0.0.0/16", "10.32.0.0/24", ""},
 		{"all of 10/8 routed: 172.16/12, then past docker's bridge", nets("10.0.0.0/8", "172.16.0.0/16"), "172.17.0.0/16", "172.18.0.0/24", ""},
 		{"only 192.168 left", nets("10.0.0.0/8", "172.16.0.0/12"), "192.168.0.0/16", "", ""},
+		// The lab's workers route the Services' range itself, bare: that
+		// route is the range's, not a network in its way.
+		{"a bare route of exactly the range", append(nets("10.0.0.0/24"), Network{Prefix: netip.MustParsePrefix("10.32.0.0/24"), Why: "w1's route", Bare: true}),
+			"10.200.0.0/16", "10.32.0.0/24", ""},
+		{"a bare route of more than the range", []Network{{Prefix: netip.MustParsePrefix("10.32.0.0/16"), Why: "w1's route", Bare: true}},
+			"10.200.0.0/16", "10.33.0.0/24", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pod, svc, err := PickRanges(c.avoid)
@@ -124,6 +130,12 @@ func TestPickRanges(t *testing.T) {
 				t.Errorf("pod %s (%s), svc %s (%s)", pod.Prefix, pod.Why, svc.Prefix, svc.Why)
 			}
 			for _, n := range c.avoid {
+				if n.Bare && (n.Prefix == svc.Prefix || n.Prefix == pod.Prefix) {
+					if !strings.Contains(svc.Why+pod.Why, n.Why+" is a route made for it (no gateway, no source address)") {
+						t.Errorf("the bare route is not said: %s / %s", pod.Why, svc.Why)
+					}
+					continue
+				}
 				if n.Prefix.Overlaps(pod.Prefix) || n.Prefix.Overlaps(svc.Prefix) {
 					t.Errorf("%s overlaps a chosen range", n.Prefix)
 				}

@@ -208,17 +208,17 @@ func networks(h Host) []Network {
 	var out []Network
 	for _, a := range []string{h.Address, h.InternalAddress} {
 		if ip, err := netip.ParseAddr(a); err == nil && ip.Is4() {
-			out = append(out, Network{netip.PrefixFrom(ip, 32), fmt.Sprintf("%s's address %s", h.Name, ip)})
+			out = append(out, Network{Prefix: netip.PrefixFrom(ip, 32), Why: fmt.Sprintf("%s's address %s", h.Name, ip)})
 		}
 	}
 	for _, a := range h.Facts.Addresses {
 		if a.Prefix.Addr().IsLoopback() {
 			continue
 		}
-		out = append(out, Network{a.Prefix.Masked(), fmt.Sprintf("%s's address %s on %s", h.Name, a.Prefix, a.Interface)})
+		out = append(out, Network{Prefix: a.Prefix.Masked(), Why: fmt.Sprintf("%s's address %s on %s", h.Name, a.Prefix, a.Interface)})
 	}
 	for _, rt := range h.Facts.Routes {
-		out = append(out, Network{rt.Dest, fmt.Sprintf("%s's route %q", h.Name, rt.Line)})
+		out = append(out, Network{Prefix: rt.Dest, Why: fmt.Sprintf("%s's route %q", h.Name, rt.Line), Bare: rt.Bare})
 	}
 	return out
 }

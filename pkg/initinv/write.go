@@ -132,12 +132,10 @@ func (r *Result) write(in Input, pod, svc Range) ([]byte, error) {
 	return []byte(out), nil
 }
 
+// rangeComment is the range's why without its key and value, beside them.
 func rangeComment(r Range) string {
-	if strings.Contains(r.Why, ", the default:") {
-		return "the default: no host has an address in it or a route to it"
-	}
-	_, why, _ := strings.Cut(r.Why, ": ")
-	return why
+	why := strings.TrimPrefix(r.Why, strings.Fields(r.Why)[0]+" "+r.Prefix.String())
+	return strings.TrimLeft(why, ",: ")
 }
 
 // node is the host's item in controlPlane or workers.
