@@ -70,8 +70,9 @@ file:
   address ranges podCIDR ` + inventory.DefaultPodCIDR + ` and serviceCIDR ` + inventory.DefaultServiceCIDR + `, or the
                  next ranges of their size in 10.0.0.0/8, 172.16.0.0/12 and
                  192.168.0.0/16 that no host has an address in or a route to
-                 (but a bare route of exactly the range, no gateway and no
-                 source address, as the lab's workers have for the Services)
+                 (a bare route of exactly the range, with no gateway and no
+                 source address, as the lab's workers have for the Services,
+                 does not count)
   arch           the hosts' architecture; when they mix, the most common one,
                  and a comment on each other host
   containerHost  on a host systemd-detect-virt calls a container (the lab's
