@@ -136,6 +136,13 @@ func TestInitHostsRealSSHD(t *testing.T) {
 		t.Errorf("os id %q, /etc/os-release:\n%s", res.Hosts[0].Facts.OS.ID, osr)
 	}
 
+	// Through a bastion (the same sshd): reached, and written down.
+	bastion := user.Name + "@127.0.0.1:" + port
+	code, stdout, stderr = run(t, append(args[:len(args)-1:len(args)-1], "--bastion", bastion)...)
+	if code != 0 || !strings.Contains(stdout, "bastion: "+bastion) || !strings.Contains(stdout, "address: 127.0.0.1") {
+		t.Errorf("--bastion: code %d\n%s\n%s", code, stdout, stderr)
+	}
+
 	// An existing FILE is never replaced without --force, and is refused
 	// before any host is asked.
 	code, _, stderr = run(t, args...)
