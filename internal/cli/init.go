@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/hardway/hardway"
 	"github.com/hardway/hardway/pkg/cluster"
@@ -256,20 +255,21 @@ func trustHint(err error, conn *inventory.Inventory, again string) error {
 // hint tells the user to run again.
 func rerun(cmd *cobra.Command, args []string) string {
 	parts := []string{cmd.CommandPath()}
-	cmd.Flags().Visit(func(f *pflag.Flag) {
-		if f.Name == "accept-new-host-keys" {
-			return
-		}
-		v := f.Value.String()
-		if sv, ok := f.Value.(pflag.SliceValue); ok {
-			v = strings.Join(sv.GetSlice(), ",")
+	for _, name := range append([]string{"hosts"}, append(hostsOnly, "force")...) {
+		f := cmd.Flags().Lookup(name)
+		if f == nil || !f.Changed || name == "accept-new-host-keys" {
+			continue
 		}
 		if f.Value.Type() == "bool" {
-			parts = append(parts, "--"+f.Name)
-			return
+			parts = append(parts, "--"+name)
+			continue
 		}
-		parts = append(parts, "--"+f.Name, usererr.Quote(v))
-	})
+		v := f.Value.String()
+		if sv, ok := f.Value.(interface{ GetSlice() []string }); ok {
+			v = strings.Join(sv.GetSlice(), ",")
+		}
+		parts = append(parts, "--"+name, usererr.Quote(v))
+	}
 	for _, a := range args {
 		parts = append(parts, usererr.Quote(a))
 	}
