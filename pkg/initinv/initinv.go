@@ -155,8 +155,11 @@ func Build(in Input) (*Result, error) {
 	}
 	inv, err := inventory.Parse(display, in.Conn.Path, r.YAML)
 	if err != nil {
-		return nil, usererr.New(fmt.Errorf("init: the inventory it wrote does not load (nothing written): %w", err),
-			"this is a bug in hardway init; 'hardway init -o json --hosts ...' shows what the hosts said")
+		hint := "a bug in hardway init; 'hardway init -o json --hosts ...' shows what the hosts said"
+		if in.Like != nil {
+			hint = "a setting of " + in.Like.Path + " that does not fit these hosts, or " + hint
+		}
+		return nil, usererr.New(fmt.Errorf("init: the inventory it made does not load (nothing written): %w", err), hint)
 	}
 	for _, w := range inv.Warnings {
 		msg := w.Msg
