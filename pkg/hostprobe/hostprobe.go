@@ -88,18 +88,6 @@ type OSRelease struct {
 	PrettyName string `json:"prettyName"`
 }
 
-// Networks are the networks the host has an address in, or a route to.
-func (f Facts) Networks() []netip.Prefix {
-	var out []netip.Prefix
-	for _, a := range f.Addresses {
-		out = append(out, a.Prefix.Masked())
-	}
-	for _, r := range f.Routes {
-		out = append(out, r.Dest)
-	}
-	return out
-}
-
 // Parse reads Script's output.
 func Parse(out string) (Facts, error) {
 	sections := map[string][]string{}
