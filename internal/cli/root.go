@@ -91,7 +91,8 @@ kubeconfigs, the encryption config, and the systemd units it pushes
 (see 'hardway render'). Running it twice changes nothing.
 
 Start with:
-  hardway init > inventory.yaml     # edit the hosts
+  hardway init > inventory.yaml     # edit the hosts, or let init read them:
+  hardway init --hosts root@10.0.0.11,root@10.0.0.12,root@10.0.0.13 inventory.yaml
   hardway up -i inventory.yaml
   hardway verify -i inventory.yaml`,
 		SilenceUsage:  true,

@@ -245,11 +245,24 @@ func (c *Cluster) planf(ctx context.Context, format string, args ...any) {
 
 // remoteConfig turns the inventory's SSH settings for h into remote's.
 func (c *Cluster) remoteConfig(h inventory.Host) remote.Config {
-	s := c.Inv.SSHFor(h)
+	cfg := RemoteConfig(c.Inv, h, c.opt.AcceptNewHostKeys)
+	cfg.Trace = c.opt.Trace
+	if cfg.Bastion != nil {
+		cfg.Bastion.Trace = c.opt.Trace
+	}
+	return cfg
+}
+
+// RemoteConfig turns inv's SSH settings for h (its own on top of the
+// inventory's, the bastion included) into remote's: how every command
+// reaches a host, 'hardway init --hosts' too, before its inventory is
+// written.
+func RemoteConfig(inv *inventory.Inventory, h inventory.Host, acceptNewHostKeys bool) remote.Config {
+	s := inv.SSHFor(h)
 	cfg := remote.Config{
 		Name: h.Name, Address: h.Address, Port: s.Port, User: s.User,
-		KnownHostsFile: s.KnownHostsFile, AcceptNewHostKeys: c.opt.AcceptNewHostKeys,
-		Sudo: s.Sudo != nil && *s.Sudo, Trace: c.opt.Trace,
+		KnownHostsFile: s.KnownHostsFile, AcceptNewHostKeys: acceptNewHostKeys,
+		Sudo: s.Sudo != nil && *s.Sudo,
 	}
 	if s.IdentityFile != "" {
 		cfg.IdentityFiles = []string{s.IdentityFile}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hardway/hardway/pkg/hostprobe"
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/plan"
 	"github.com/hardway/hardway/pkg/remote"
@@ -164,8 +165,9 @@ const systemdVersionScript = "echo \"systemd-version $(systemctl --version 2>/de
 // minSystemdEtcd is the oldest systemd that runs hardway's etcd.service: it
 // hands etcd its keys with LoadCredential= (systemd 247); an older one
 // ignores the line with a warning, and etcd then fails on a missing
-// /run/credentials/etcd.service/server.crt.
-const minSystemdEtcd = 247
+// /run/credentials/etcd.service/server.crt. 'init --hosts' warns with the
+// same number.
+const minSystemdEtcd = hostprobe.MinSystemdLoadCredential
 
 // systemdVersionProblem says what is wrong with the systemd-version line of
 // a control-plane host's facts; "": nothing (or no such line: a fake host).

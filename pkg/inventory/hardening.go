@@ -45,10 +45,15 @@ func (l *loader) validateTransport(inv *Inventory) {
 // and passed to ssh, so nothing in it may mean something to a shell.
 var sshUser = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 
+// ValidSSHUser says whether user passes the rule of ssh.user ("" is the
+// default): 'hardway init --hosts' checks a user@ with it before it
+// connects, as the loader checks the file it writes.
+func ValidSSHUser(user string) bool { return user == "" || sshUser.MatchString(user) }
+
 // validateSSHUser refuses a user name outside sshUser, in ssh.user, a
 // host's ssh.user and the user part of a bastion.
 func (l *loader) validateSSHUser(path, user string) {
-	if user == "" || sshUser.MatchString(user) {
+	if ValidSSHUser(user) {
 		return
 	}
 	l.errorf(path, "a POSIX user name: lower-case letters, digits, '_' and '-', starting with a letter or '_', at most 32",
