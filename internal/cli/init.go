@@ -14,6 +14,7 @@ import (
 	"github.com/hardway/hardway"
 	"github.com/hardway/hardway/pkg/cluster"
 	"github.com/hardway/hardway/pkg/fsutil"
+	"github.com/hardway/hardway/pkg/hostos"
 	"github.com/hardway/hardway/pkg/hostprobe"
 	"github.com/hardway/hardway/pkg/initinv"
 	"github.com/hardway/hardway/pkg/inventory"
@@ -79,7 +80,7 @@ file:
 
 A distribution hardway does not know is a warning, not a refusal: 'hardway
 up' checks what it needs first. It knows:
-  ` + hostprobe.KnownDistros() + `
+  ` + hostos.KnownDistros() + `
 
 --like FILE takes every other setting from an existing inventory, with its
 comments: versions, releases mirrors, images, registries, SSH settings, dns,

@@ -33,18 +33,60 @@ type Distro struct {
 var Distros = []Distro{
 	{ID: "debian", Name: "Debian", Family: Apt, Versions: []string{"12", "13"}},
 	{ID: "ubuntu", Name: "Ubuntu", Family: Apt, Versions: []string{"24.04"}},
-	{ID: "raspbian", Name: "Raspberry Pi OS", Family: Apt, Versions: []string{"12", "13"}},
+	// Raspberry Pi OS: the 32-bit one says raspbian, the 64-bit one debian.
+	{ID: "raspbian", Name: "Raspberry Pi OS", Family: Apt},
 	{ID: "fedora", Name: "Fedora", Family: Dnf},
 }
 
-// OSRelease is what /etc/os-release says.
+// OSRelease is the part of /etc/os-release hardway reads.
 type OSRelease struct {
-	ID, VersionID, PrettyName string
-	IDLike                    []string
+	ID         string   `json:"id"`
+	VersionID  string   `json:"versionID"`
+	PrettyName string   `json:"prettyName"`
+	IDLike     []string `json:"idLike,omitempty"`
 }
 
-// ParseOSRelease reads the KEY=value lines of /etc/os-release (values
-// optionally quoted).
+// Known says whether hardway knows the distribution and release.
+func (r OSRelease) Known() bool {
+	_, warn := Identify(r)
+	return warn == ""
+}
+
+// Name is the distribution as a person says it: PRETTY_NAME, else ID and
+// VERSION_ID.
+func (r OSRelease) Name() string {
+	switch {
+	case r.PrettyName != "":
+		return r.PrettyName
+	case r.ID != "":
+		return strings.TrimSpace(r.ID + " " + r.VersionID)
+	}
+	return "an unknown distribution (no /etc/os-release)"
+}
+
+// KnownDistros lists Distros for a message: "Debian 12 and 13, Ubuntu
+// 24.04, Raspberry Pi OS, Fedora".
+func KnownDistros() string {
+	var out []string
+	for _, d := range Distros {
+		s := d.Name
+		if len(d.Versions) > 0 {
+			s += " " + joinAnd(d.Versions)
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ", ")
+}
+
+func joinAnd(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
+// ParseOSRelease reads the KEY=value lines of /etc/os-release, whose
+// values are quoted like the shell's.
 func ParseOSRelease(s string) OSRelease {
 	var r OSRelease
 	for _, l := range strings.Split(s, "\n") {
@@ -52,7 +94,7 @@ func ParseOSRelease(s string) OSRelease {
 		if !ok {
 			continue
 		}
-		v = strings.Trim(v, `"'`)
+		v = unquote(v)
 		switch k {
 		case "ID":
 			r.ID = strings.ToLower(v)
@@ -101,5 +143,23 @@ func Identify(r OSRelease) (d Distro, warning string) {
 			break
 		}
 	}
-	return d, name + ": not a distribution hardway knows (Debian, Ubuntu, Raspberry Pi OS, Fedora); the checks still run"
+	return d, name + ": not a distribution hardway knows (" + KnownDistros() + "); the checks still run"
+}
+
+func unquote(v string) string {
+	if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
+		return v[1 : len(v)-1]
+	}
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+		var b strings.Builder
+		for i := 0; i < len(v); i++ {
+			if v[i] == '\\' && i+1 < len(v) && strings.IndexByte("\"\\$`", v[i+1]) >= 0 {
+				i++
+			}
+			b.WriteByte(v[i])
+		}
+		return b.String()
+	}
+	return v
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/hardway/hardway/pkg/hostos"
 	"github.com/hardway/hardway/pkg/remote"
 )
 
@@ -81,12 +82,9 @@ type Route struct {
 	Line string `json:"line"` // for messages: why a range was avoided
 }
 
-// OSRelease is the part of /etc/os-release hardway reads.
-type OSRelease struct {
-	ID         string `json:"id"`
-	VersionID  string `json:"versionID"`
-	PrettyName string `json:"prettyName"`
-}
+// OSRelease is the part of /etc/os-release hardway reads (pkg/hostos
+// knows the distributions).
+type OSRelease = hostos.OSRelease
 
 // Parse reads Script's output.
 func Parse(out string) (Facts, error) {
@@ -199,44 +197,9 @@ func parseRoutes(lines []string) []Route {
 	return out
 }
 
-// parseOSRelease reads the KEY=value lines of os-release, whose values
-// are quoted like the shell's.
+// parseOSRelease reads the os-release section's lines.
 func parseOSRelease(lines []string) OSRelease {
-	var o OSRelease
-	for _, l := range lines {
-		k, v, ok := strings.Cut(strings.TrimSpace(l), "=")
-		if !ok {
-			continue
-		}
-		v = unquote(v)
-		switch k {
-		case "ID":
-			o.ID = strings.ToLower(v)
-		case "VERSION_ID":
-			o.VersionID = v
-		case "PRETTY_NAME":
-			o.PrettyName = v
-		}
-	}
-	return o
-}
-
-func unquote(v string) string {
-	if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
-		return v[1 : len(v)-1]
-	}
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-		v = v[1 : len(v)-1]
-		var b strings.Builder
-		for i := 0; i < len(v); i++ {
-			if v[i] == '\\' && i+1 < len(v) && strings.IndexByte("\"\\$`", v[i+1]) >= 0 {
-				i++
-			}
-			b.WriteByte(v[i])
-		}
-		return b.String()
-	}
-	return v
+	return hostos.ParseOSRelease(strings.Join(lines, "\n"))
 }
 
 // parseSystemd reads systemctl --version's first line:

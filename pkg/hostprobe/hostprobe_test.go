@@ -2,9 +2,12 @@ package hostprobe
 
 import (
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hardway/hardway/pkg/hostos"
 )
 
 // A Debian 12 nspawn container reached over SSH, with docker's bridge and a
@@ -51,7 +54,7 @@ func TestParse(t *testing.T) {
 		f.Container != "systemd-nspawn" || f.CPUs != 4 || f.MemoryKiB != 8048812 || f.Systemd != 252 {
 		t.Errorf("%+v", f)
 	}
-	if f.OS != (OSRelease{ID: "debian", VersionID: "12", PrettyName: "Debian GNU/Linux 12 (bookworm)"}) || !f.OS.Known() {
+	if !reflect.DeepEqual(f.OS, OSRelease{ID: "debian", VersionID: "12", PrettyName: "Debian GNU/Linux 12 (bookworm)"}) || !f.OS.Known() {
 		t.Errorf("os %+v", f.OS)
 	}
 	wantAddrs := []Address{
@@ -130,8 +133,8 @@ func TestDistroTable(t *testing.T) {
 			t.Errorf("%+v: known %v, want %v", c.os, got, c.known)
 		}
 	}
-	if got := KnownDistros(); got != "Debian 12 and 13, Ubuntu 24.04, Raspberry Pi OS, Fedora" {
-		t.Errorf("KnownDistros() = %q", got)
+	if got := hostos.KnownDistros(); got != "Debian 12 and 13, Ubuntu 24.04, Raspberry Pi OS, Fedora" {
+		t.Errorf("hostos.KnownDistros() = %q", got)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/hardway/hardway/pkg/hostos"
 	"github.com/hardway/hardway/pkg/hostprobe"
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/usererr"
@@ -283,7 +284,7 @@ func (r *Result) hostFacts(h *Host) {
 	}
 	if !f.OS.Known() {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%s: %s is not a distribution hardway knows (%s); it may work: 'hardway up' checks what it needs first",
-			h.Name, f.OS.Name(), hostprobe.KnownDistros()))
+			h.Name, f.OS.Name(), hostos.KnownDistros()))
 	}
 	switch {
 	case f.Systemd == 0:

@@ -27,13 +27,14 @@ var sectionComments = map[string]string{
 	"registries":        "Registries the workers' containerd pulls through mirrors.",
 	"dns":               "CoreDNS, which 'hardway up' applies when there are workers.",
 	"podSecurity":       "Pod Security admission's default for the whole cluster.",
+	"hostPrep":          "How far 'hardway up' may change the hosts' packages, firewall and swap (check: only name what is missing).",
 	"controlPlane":      "etcd and the Kubernetes control plane run here; an odd count keeps etcd's quorum.",
 	"workers":           "containerd, the kubelet and kube-proxy run here: the hosts pods run on.",
 }
 
 // defaultsLeft are the sections a file without --like leaves out, at their
 // defaults: the file's last comment names them.
-const defaultsLeft = "pki, encryption, releases, images, registries, dns, podSecurity"
+const defaultsLeft = "pki, encryption, releases, images, registries, dns, podSecurity, hostPrep"
 
 // write renders the inventory: the --like file's document with the hosts,
 // the ranges, arch and the SSH settings replaced, or a new one.
