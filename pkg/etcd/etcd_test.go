@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hardway/hardway/pkg/etcd/etcdtest"
+	"github.com/hardway/hardway/internal/etcdtest"
 	"github.com/hardway/hardway/pkg/usererr"
 )
 

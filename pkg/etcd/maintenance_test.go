@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/hardway/hardway/pkg/etcd/etcdtest"
+	"github.com/hardway/hardway/internal/etcdtest"
 )
 
 // The maintenance calls against a real three-member etcd: a compaction

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hardway/hardway/pkg/etcd/etcdtest"
+	"github.com/hardway/hardway/internal/etcdtest"
 )
 
 // Scan reads every key under a prefix, page by page, at one revision: a

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -122,6 +123,43 @@ ufw status verbose`
 		// Pods across the firewall: smoke's cross-node traffic and DNS.
 		if code, out, errs := e.hardway("smoke"); code != 0 {
 			t.Fatalf("smoke with ufw on %s: exit %d\n%s\n%s", w, code, out, errs)
+		}
+	})
+}
+
+// `hardway init --hosts` against the lab's own hosts, with --like the lab's
+// inventory for its mirrors: the inventory it writes describes the running
+// cluster, so up with it changes nothing and verify passes.
+func (e *workersEnv) initScenarios(t *testing.T) {
+	t.Run("init --hosts on the lab's hosts writes an inventory with which up says no changes and verify passes", func(t *testing.T) {
+		e.t = t
+		dir := filepath.Dir(e.inv)
+		var hosts []string
+		for _, h := range append(append([]lab.Host{}, e.res.Hosts...), e.res.Workers...) {
+			hosts = append(hosts, "root@"+h.Address)
+		}
+		// Beside the lab's inventory: the state directory and the lock
+		// are the ones next to the inventory file.
+		out := filepath.Join(dir, "init.yaml")
+		code, stdout, stderr := e.hardway("init", "--hosts", strings.Join(hosts, ","), "--like", e.inv,
+			"--identity-file", e.res.Identity, "--known-hosts", e.res.KnownHosts, out)
+		if code != 0 {
+			t.Fatalf("init: exit %d\n%s\n%s", code, stdout, stderr)
+		}
+		for _, want := range []string{"guess:", "containerHost"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("init's guesses lack %q:\n%s", want, stderr)
+			}
+		}
+		orig := e.inv
+		e.inv = out
+		defer func() { e.inv = orig }()
+		if up := e.mustUp(); !strings.Contains(up, "no changes") {
+			b, _ := os.ReadFile(out)
+			t.Fatalf("up with init's inventory changed the cluster:\n%s\n--- init.yaml\n%s", up, b)
+		}
+		if f := failures(e.verify()); len(f) > 0 {
+			t.Fatalf("verify with init's inventory:\n  %s", strings.Join(f, "\n  "))
 		}
 	})
 }

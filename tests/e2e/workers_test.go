@@ -385,6 +385,7 @@ func TestWorkers(t *testing.T) {
 	// After every other scenario: it replaces the cluster CA (and leaves the
 	// cluster converged on the new one).
 	e.kubernetesCAScenarios(t)
+	e.initScenarios(t)
 	// Last: ufw on a worker would answer the other scenarios' probes of
 	// closed ports with silence.
 	e.hostPrepScenarios(t)
