@@ -46,11 +46,12 @@ controlPlane:
 	}
 	set := &release.Set{LockPath: "/repo/hardway.lock", Lock: &release.Lock{}}
 	add := func(a release.Artifact) {
+		a.Arch = "amd64"
 		a.SHA256 = fmt.Sprintf("%x", sha256.Sum256([]byte("bytes of "+a.Name)))
 		a.Size = int64(100 + len(a.Name))
 		a.Path = "/cache/" + a.Name
 		set.Artifacts = append(set.Artifacts, a)
-		set.Lock.Artifacts = append(set.Lock.Artifacts, release.LockEntry{Name: a.Name, URL: a.URL, Member: a.Member, SHA256: a.SHA256})
+		set.Lock.Artifacts = append(set.Lock.Artifacts, release.LockEntry{Name: a.Name, Arch: a.Arch, URL: a.URL, Member: a.Member, SHA256: a.SHA256})
 	}
 	tarURL := "https://github.example/etcd/v3.6.16/" + etcdTar
 	add(release.Artifact{Name: etcdTar, URL: tarURL})
@@ -140,7 +141,7 @@ func TestHostFetchPlan(t *testing.T) {
 	cmd := calls[0].Cmd
 	set := fc.releaseSet()
 	for _, n := range append([]string{etcdTar}, release.EtcdBinaries...) {
-		a, _ := set.Get(n)
+		a, _ := set.Get("amd64", n)
 		if !strings.Contains(cmd, a.SHA256) {
 			t.Errorf("the host command lacks %s's pin", n)
 		}

@@ -293,9 +293,9 @@ func (c *Cluster) remoteFiles(m *units.Manifest) ([]remote.File, error) {
 				if set == nil {
 					return nil, usererr.New(errors.New("the release binaries are not in the cache"), "run 'hardway fetch' first, or 'hardway up' without --offline")
 				}
-				a, ok := set.Get(f.Source.Name)
+				a, ok := set.Get(m.Arch, f.Source.Name)
 				if !ok {
-					return nil, fmt.Errorf("release set has no %s", f.Source.Name)
+					return nil, fmt.Errorf("release set has no %s for %s", f.Source.Name, m.Arch)
 				}
 				rf.Source, rf.Size, rf.SHA256 = a.Path, a.Size, a.SHA256
 			} else {
@@ -448,7 +448,7 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushS
 	for i, r := range res {
 		holdsIdentity = holdsIdentity || !r.Content && IsIdentity(m.Files[i].Source)
 	}
-	fetch := c.newHostFetch(h.Name)
+	fetch := c.newHostFetch(h.Name, m.Arch)
 	for i, r := range res {
 		why := r.Why
 		if !r.Changed() {

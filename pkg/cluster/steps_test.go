@@ -44,17 +44,19 @@ func (fc *fakeCluster) withRelease() {
 	set := &release.Set{}
 	seen := map[string]bool{}
 	for _, h := range fc.Inv.ControlPlane {
-		for _, f := range fc.manifest(h.Name).Files {
-			if f.Source == nil || f.Source.Kind != units.SourceBinary || seen[f.Source.Name] {
+		m := fc.manifest(h.Name)
+		for _, f := range m.Files {
+			if f.Source == nil || f.Source.Kind != units.SourceBinary || seen[m.Arch+"/"+f.Source.Name] {
 				continue
 			}
-			seen[f.Source.Name] = true
-			p := filepath.Join(dir, f.Source.Name)
+			k := m.Arch + "/" + f.Source.Name
+			seen[k] = true
+			p := filepath.Join(dir, m.Arch+"-"+f.Source.Name)
 			data := []byte("binary " + f.Source.Name)
 			if err := os.WriteFile(p, data, 0o644); err != nil {
 				fc.t.Fatal(err)
 			}
-			set.Artifacts = append(set.Artifacts, release.Artifact{Name: f.Source.Name, Path: p, Size: int64(len(data)), SHA256: fmt.Sprintf("%x", sha256.Sum256(data))})
+			set.Artifacts = append(set.Artifacts, release.Artifact{Name: f.Source.Name, Arch: m.Arch, Path: p, Size: int64(len(data)), SHA256: fmt.Sprintf("%x", sha256.Sum256(data))})
 		}
 	}
 	fc.setReleaseSet(set)

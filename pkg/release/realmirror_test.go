@@ -82,7 +82,7 @@ func TestRealMirror(t *testing.T) {
 		"kube-proxy":              {"--version", "Kubernetes " + mirrortest.Kubernetes},
 		"traefik":                 {"version", "Version:", w.Traefik},
 	} {
-		a, ok := s.Get(n)
+		a, ok := s.Get(arch, n)
 		if !ok {
 			t.Errorf("set has no %s", n)
 			continue
@@ -100,7 +100,7 @@ func TestRealMirror(t *testing.T) {
 		}
 	}
 	for _, p := range CNIPlugins {
-		a, ok := s.Get(CNIPrefix + p)
+		a, ok := s.Get(arch, CNIPrefix+p)
 		if data, _ := os.ReadFile(a.Path); !ok || !bytes.HasPrefix(data, []byte("\x7fELF")) {
 			t.Errorf("%s%s is not an ELF binary", CNIPrefix, p)
 		}
