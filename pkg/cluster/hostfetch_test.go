@@ -5,13 +5,16 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/platform"
 	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/remote/remotetest"
@@ -45,11 +48,16 @@ controlPlane:
 		t.Fatal(err)
 	}
 	set := &release.Set{LockPath: "/repo/hardway.lock", Lock: &release.Lock{}}
+	cache := t.TempDir()
 	add := func(a release.Artifact) {
 		a.Arch = "amd64"
-		a.SHA256 = fmt.Sprintf("%x", sha256.Sum256([]byte("bytes of "+a.Name)))
-		a.Size = int64(100 + len(a.Name))
-		a.Path = "/cache/" + a.Name
+		data := append(platform.FakeELF("amd64"), "bytes of "+a.Name...)
+		a.SHA256 = fmt.Sprintf("%x", sha256.Sum256(data))
+		a.Size = int64(len(data))
+		a.Path = filepath.Join(cache, a.Name)
+		if err := os.WriteFile(a.Path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		set.Artifacts = append(set.Artifacts, a)
 		set.Lock.Artifacts = append(set.Lock.Artifacts, release.LockEntry{Name: a.Name, Arch: a.Arch, URL: a.URL, Member: a.Member, SHA256: a.SHA256})
 	}
