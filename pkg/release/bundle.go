@@ -167,7 +167,11 @@ func ImportBundle(ctx context.Context, src string, opts Options) (*Set, error) {
 		if _, err := r.cache.commitFile(x.tmp, x.Digests); err != nil {
 			return nil, err
 		}
-		r.prog.Done(name+" ("+e.Arch+")", e.Version+": imported from bundle")
+		label := name
+		if len(bl.Arches) > 1 {
+			label += " (" + e.Arch + ")"
+		}
+		r.prog.Done(label, e.Version+": imported from bundle")
 	}
 	if local == nil {
 		if _, err := WriteLock(opts.LockPath, bl); err != nil {
