@@ -197,3 +197,37 @@ func TestPushRefusesNotABinary(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// With releases.fetchOn: hosts each host downloads its own architecture's
+// files, pinned by the lock's entry for that arch.
+func TestHostFetchPerArch(t *testing.T) {
+	fc := mixedCluster(t)
+	fc.Inv.Releases.FetchOn = inventory.FetchOnHosts
+	set := fc.releaseSet()
+	set.LockPath, set.Lock = "/repo/hardway.lock", &release.Lock{}
+	for i, a := range set.Artifacts {
+		a.URL = "https://dl.example/" + a.Arch + "/" + strings.ReplaceAll(a.Name, "/", "_")
+		set.Artifacts[i] = a
+		set.Lock.Artifacts = append(set.Lock.Artifacts, release.LockEntry{Name: a.Name, Arch: a.Arch, URL: a.URL, SHA256: a.SHA256})
+	}
+	as, err := fc.planPush(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetched := map[string]int{}
+	for _, a := range as {
+		if !strings.HasPrefix(a.Desc, "fetch on the host ") {
+			continue
+		}
+		fetched[a.Host]++
+		want := "https://dl.example/" + fc.Inv.HostArch(fc.Inv.Hosts()[indexOf(fc.Inv.Hosts(), a.Host)]) + "/"
+		if !strings.Contains(a.Desc, "(from "+want) {
+			t.Errorf("%s: %s", a.Host, a.Desc)
+		}
+	}
+	for _, h := range fc.Inv.Hosts() {
+		if fetched[h.Name] == 0 {
+			t.Errorf("%s fetches nothing: %q", h.Name, descs(as))
+		}
+	}
+}
