@@ -35,6 +35,19 @@
 # it is built from source only when the site cannot be reached (a 5 s probe) or lacks it.
 # HARDWAY_MIRROR_FROM=source never asks the sites. The log says which path each one took.
 #
+# Architectures: this machine's (GOARCH, else `go env GOARCH`) by default. MIRROR_ARCHES="amd64 arm64"
+# lays out each one named, under its own paths as the official sites do (the checksum files that
+# list several architectures, etcd's SHA256SUMS, runc.sha256sum, Traefik's checksums and
+# images/SHA256SUMS, keep every one's lines). Another architecture than this machine's is
+# cross-compiled: the Go components with GOARCH and CGO_ENABLED=0; runc (cgo: nsenter, libseccomp
+# linked in) and the pause image (C, static) need a C cross compiler and, for runc, libseccomp
+# built for the target (Debian, for arm64: gcc-aarch64-linux-gnu, and libseccomp-dev:arm64 after
+# `dpkg --add-architecture arm64`); the official releases, when the sites answer, need neither.
+# A cross-built binary's ELF header is checked against the architecture, and its --version only
+# where this machine can run it (qemu-user's binfmt_misc handler). The images of another
+# architecture than GOARCH's are images/<name>-<arch>.tar (e.g. pause-3.10.2-arm64.tar), so the
+# ones the lab uses keep their names.
+#
 # This is a development tool, not part of hardway.
 set -euo pipefail
 
@@ -64,6 +77,11 @@ HELLO_IMAGE=hardway.local/hello:$HELLO_TAG
 
 GOOS=linux
 GOARCH=${GOARCH:-$(go env GOARCH)}
+HOSTARCH=$(go env GOHOSTARCH)
+# GOARCH's images keep their names; the architectures in MIRROR_ARCHES are built one after the other
+IMAGES_ARCH=$GOARCH
+read -r -a ARCHES <<<"${MIRROR_ARCHES:-$GOARCH}"
+[ ${#ARCHES[@]} -gt 0 ] || ARCHES=("$GOARCH")
 MIRROR=${HARDWAY_MIRROR:-/var/tmp/hardway/mirror}
 WORK=${HARDWAY_MIRROR_WORK:-$(dirname "$MIRROR")/mirror-work}
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
@@ -165,11 +183,79 @@ says() {
 # static_ok FILE: no dynamic section (runc and pause must run on any distribution)
 static_ok() { local d; d=$(readelf -d "$1" 2>&1) || return 1; ! grep -q '(NEEDED)' <<<"$d"; }
 
+# merge_sums FILE: the "<hex>  <name>" lines on stdin replace FILE's lines for those names; the
+# others stay (a checksums file lists every architecture's files, as the official ones do). An
+# official release taken later for another architecture brings the official file whole, whose line
+# for a file built here from source does not match it: the next run takes that one's official
+# release too.
+merge_sums() {
+  local new; new=$(cat)
+  { if [ -s "$1" ]; then
+      awk 'NR == FNR { n = $2; sub(/^\*/, "", n); mine[n] = 1; next }
+           { n = $2; sub(/^\*/, "", n) } NF >= 2 && !(n in mine)' <(printf '%s\n' "$new") "$1"
+    fi
+    printf '%s\n' "$new"; } | write_atomic "$1"
+}
+
+# official_tool: build hack/mirror/official for this machine (whatever GOARCH is being built)
+official_tool() { (cd "$TOP" && GOARCH=$HOSTARCH go build -trimpath -o "$WORK/official" ./hack/mirror/official) >&2; }
+
+# arch_tool ARGS...: hack/mirror/official's -elf and -uname: hardway's own architecture table
+# (pkg/platform), not a copy of it in this script. Main builds the tool when it builds for another
+# architecture than this machine's, the only time these are asked.
+arch_tool() { "$WORK/official" "$@"; }
+
+# cross: building for another architecture than this machine's
+cross() { [ "$GOARCH" != "$HOSTARCH" ]; }
+
+# target_runs: this machine runs binaries of $GOARCH: its own, or another through qemu-user's
+# binfmt_misc handler (Debian's qemu-user-static registers one per architecture)
+target_runs() {
+  cross || return 0
+  local f; f=/proc/sys/fs/binfmt_misc/qemu-$(arch_tool -uname "$GOARCH")
+  [ -r "$f" ] && [ "$(head -1 "$f")" = enabled ]
+}
+
+# built_ok WANT FILE ARGS...: what says checks of a build of this machine's architecture. A cross
+# build is first checked to be an ELF binary for $GOARCH, then run where this machine can run it;
+# where it cannot, the log says its version was not checked
+built_ok() {
+  local want=$1 bin=$2; shift 2
+  if cross; then
+    arch_tool -elf "$GOARCH" "$bin" || return 1
+    if ! target_runs; then
+      log "$(basename "$bin") for $GOARCH: ELF header checked; not run (no qemu-user binfmt handler for $GOARCH), so its version is not checked"
+      return 0
+    fi
+  fi
+  says "$want" "$bin" "$@"
+}
+
+# cross_cc: the C cross compiler for $GOARCH (Debian's gcc-<triplet>), or this machine's gcc
+triplet() { echo "$(arch_tool -uname "$GOARCH")-linux-gnu"; }
+cross_cc() {
+  cross || { echo gcc; return; }
+  local cc; cc=$(triplet)-gcc
+  command -v "$cc" >/dev/null || die "a C build for $GOARCH needs $cc (Debian: apt-get install gcc-$(triplet) libc6-dev-$GOARCH-cross), or the official release (HARDWAY_MIRROR_FROM=auto, the sites reachable)"
+  echo "$cc"
+}
+
 mkdir -p "$WORK" "$MIRROR"
 T0=$(date +%s)
 
+# use_arch ARCH: build for ARCH from here on: GOARCH (exported) and every component's paths that
+# name the architecture (the paths_* functions beside each component below)
+use_arch() {
+  local f
+  if [ "$1" != "$HOSTARCH" ]; then
+    arch_tool -uname "$1" >/dev/null || die "MIRROR_ARCHES: $1 is not an architecture hardway installs for"
+  fi
+  GOARCH=$1
+  for f in $(declare -F | awk '$3 ~ /^paths_/ { print $3 }'); do "$f"; done
+}
+
 # ---------------------------------------------------------------- Kubernetes
-k8s_dir=$MIRROR/kubernetes/release/$K8S_VERSION/bin/$GOOS/$GOARCH
+paths_kubernetes() { k8s_dir=$MIRROR/kubernetes/release/$K8S_VERSION/bin/$GOOS/$GOARCH; }
 kubernetes_complete() {
   local b
   for b in "${K8S_BINS[@]}"; do
@@ -225,7 +311,8 @@ build_kubernetes() {
   log "kubernetes $K8S_VERSION: building ${K8S_BINS[*]} (cold: ~12 min on 2 cores)"
   rm -rf "$w/out"; mkdir -p "$w/out"
   (cd "$w" && go build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ld" -o "$w/out/" "${pkgs[@]}") >&2
-  says "^Kubernetes $K8S_VERSION\$" "$w/out/kube-apiserver" --version || die "kube-apiserver --version does not say $K8S_VERSION"
+  built_ok "^Kubernetes $K8S_VERSION\$" "$w/out/kube-apiserver" --version || die "kube-apiserver --version does not say $K8S_VERSION"
+  if cross; then (cd "$w/out" && arch_tool -elf "$GOARCH" "${K8S_BINS[@]}") || die "kubernetes: not every binary is for $GOARCH"; fi
 
   mkdir -p "$k8s_dir"
   for b in "${K8S_BINS[@]}"; do
@@ -238,8 +325,7 @@ build_kubernetes() {
 
 # ---------------------------------------------------------------- etcd
 etcd_dir=$MIRROR/etcd/$ETCD_VERSION
-etcd_name=etcd-$ETCD_VERSION-$GOOS-$GOARCH
-etcd_tgz=$etcd_dir/$etcd_name.tar.gz
+paths_etcd() { etcd_name=etcd-$ETCD_VERSION-$GOOS-$GOARCH; etcd_tgz=$etcd_dir/$etcd_name.tar.gz; }
 etcd_complete() {
   [ -s "$etcd_tgz" ] && [ -s "$etcd_dir/SHA256SUMS" ] || return 1
   (cd "$etcd_dir" && grep " $etcd_name.tar.gz\$" SHA256SUMS | sha256sum -c --quiet --status)
@@ -268,19 +354,20 @@ build_etcd() {
      b=$m; [ "$m" = server ] && b=etcd
      go build -trimpath -ldflags "-s -w" -o "$w/out/$etcd_name/$b" "go.etcd.io/etcd/$m/v3" || exit 1
    done) >&2
-  says "^etcd Version: ${ETCD_VERSION#v}\$" "$w/out/$etcd_name/etcd" --version || die "etcd --version does not say ${ETCD_VERSION#v}"
+  built_ok "^etcd Version: ${ETCD_VERSION#v}\$" "$w/out/$etcd_name/etcd" --version || die "etcd --version does not say ${ETCD_VERSION#v}"
+  if cross; then (cd "$w/out/$etcd_name" && arch_tool -elf "$GOARCH" "${ETCD_BINS[@]}") || die "etcd: not every binary is for $GOARCH"; fi
 
   mkdir -p "$etcd_dir"
   tgz "$w/out" "$etcd_tgz" "$tm" "$etcd_name"
   sha=$(digest sha256sum "$etcd_tgz")
-  printf '%s  %s\n' "$sha" "$etcd_name.tar.gz" | write_atomic "$etcd_dir/SHA256SUMS"
+  printf '%s  %s\n' "$sha" "$etcd_name.tar.gz" | merge_sums "$etcd_dir/SHA256SUMS"
   rm -rf "$w/out"
 }
 
 # ---------------------------------------------------------------- containerd
 # Official: containerd-2.4.2-linux-amd64.tar.gz (bin/...) and its .sha256sum ("<hex>  <file>").
 containerd_dir=$MIRROR/containerd/$CONTAINERD_VERSION
-containerd_tgz=containerd-${CONTAINERD_VERSION#v}-$GOOS-$GOARCH.tar.gz
+paths_containerd() { containerd_tgz=containerd-${CONTAINERD_VERSION#v}-$GOOS-$GOARCH.tar.gz; }
 containerd_complete() { published_ok "$containerd_dir" "$containerd_tgz.sha256sum" "$containerd_tgz"; }
 
 build_containerd() {
@@ -295,7 +382,8 @@ build_containerd() {
   # the storage drivers hardway does not use need cgo and headers; upstream's static build drops them too
   local ld="-s -w -X $m/version.Version=$CONTAINERD_VERSION -X $m/version.Revision=$CONTAINERD_VERSION -X $m/version.Package=github.com/containerd/containerd/v2"
   (cd "$w" && go build -trimpath -tags no_btrfs,no_devmapper,no_zfs -ldflags "$ld" -o "$w/out/bin/" "${pkgs[@]}") >&2
-  says " $CONTAINERD_VERSION " "$w/out/bin/containerd" --version || die "containerd --version does not say $CONTAINERD_VERSION"
+  built_ok " $CONTAINERD_VERSION " "$w/out/bin/containerd" --version || die "containerd --version does not say $CONTAINERD_VERSION"
+  if cross; then (cd "$w/out/bin" && arch_tool -elf "$GOARCH" "${CONTAINERD_BINS[@]}") || die "containerd: not every binary is for $GOARCH"; fi
   mkdir -p "$containerd_dir"
   tgz "$w/out" "$containerd_dir/$containerd_tgz" "$tm" bin
   sumline "$containerd_dir/$containerd_tgz" sha256 | write_atomic "$containerd_dir/$containerd_tgz.sha256sum"
@@ -308,31 +396,47 @@ runc_dir=$MIRROR/runc/$RUNC_VERSION
 runc_complete() { [ -x "$runc_dir/runc.$GOARCH" ] && published_ok "$runc_dir" runc.sha256sum "runc.$GOARCH"; }
 
 build_runc() {
-  local w m=github.com/opencontainers/runc
+  local w m=github.com/opencontainers/runc cc cgo=() tr
   [ -e /usr/include/seccomp.h ] || die "runc needs libseccomp-dev (run hack/setup.sh)"
   command -v gcc >/dev/null || die "runc needs gcc (run hack/setup.sh)"
+  cc=$(cross_cc)
+  if cross; then
+    # cgo for another architecture: its C compiler, and libseccomp built for it (Debian's multiarch
+    # package puts libseccomp.a and its .pc under /usr/lib/<triplet>). seccomp.h is the same for
+    # every architecture, in /usr/include, which a cross compiler does not search: -idirafter adds
+    # it after the target's own headers, so none of this machine's glibc headers is taken instead.
+    tr=$(triplet)
+    [ -s "/usr/lib/$tr/libseccomp.a" ] && [ -s "/usr/lib/$tr/pkgconfig/libseccomp.pc" ] \
+      || die "runc for $GOARCH needs libseccomp for $GOARCH (Debian: dpkg --add-architecture $GOARCH && apt-get update && apt-get install libseccomp-dev:$GOARCH), or the official release (HARDWAY_MIRROR_FROM=auto, the sites reachable)"
+    cgo=(CC="$cc" PKG_CONFIG_LIBDIR="/usr/lib/$tr/pkgconfig" CGO_CFLAGS="-idirafter /usr/include" CGO_LDFLAGS="-L/usr/lib/$tr")
+  fi
   w=$(wrapper runc-$RUNC_VERSION)
   log "runc $RUNC_VERSION: resolving modules"
   (cd "$w" && go get "$m@$RUNC_VERSION") >&2
-  log "runc $RUNC_VERSION: building (cgo, static, seccomp)"
+  log "runc $RUNC_VERSION: building for $GOARCH (cgo, static, seccomp)"
   rm -rf "$w/out"; mkdir -p "$w/out"
   # like upstream's `make static`: cgo for nsenter, libseccomp linked in, no libc at run time
-  (cd "$w" && CGO_ENABLED=1 go build -trimpath -tags "seccomp netgo osusergo urfave_cli_no_docs" \
+  (cd "$w" && env CGO_ENABLED=1 "${cgo[@]}" go build -trimpath -tags "seccomp netgo osusergo urfave_cli_no_docs" \
      -ldflags "-s -w -X main.version=${RUNC_VERSION#v} -X main.gitCommit=$RUNC_VERSION -extldflags -static" \
      -o "$w/out/runc.$GOARCH" "$m") >&2
   static_ok "$w/out/runc.$GOARCH" || die "runc is not static"
-  says "^runc version ${RUNC_VERSION#v}\$" "$w/out/runc.$GOARCH" --version || die "runc --version does not say ${RUNC_VERSION#v}"
-  says "^libseccomp: " "$w/out/runc.$GOARCH" --version || die "runc was built without seccomp"
+  built_ok "^runc version ${RUNC_VERSION#v}\$" "$w/out/runc.$GOARCH" --version || die "runc --version does not say ${RUNC_VERSION#v}"
+  if target_runs; then
+    says "^libseccomp: " "$w/out/runc.$GOARCH" --version || die "runc was built without seccomp"
+  else
+    # not runnable here: the build settings Go records in the binary say the seccomp tag was on
+    says "-tags=\(.*,\)\{0,1\}seccomp\(,\|\$\)" go version -m "$w/out/runc.$GOARCH" || die "runc was built without seccomp"
+  fi
   mkdir -p "$runc_dir"
   install -m 0755 "$w/out/runc.$GOARCH" "$runc_dir/.runc.tmp" && mv -f "$runc_dir/.runc.tmp" "$runc_dir/runc.$GOARCH"
-  sumline "$runc_dir/runc.$GOARCH" sha256 | write_atomic "$runc_dir/runc.sha256sum"
+  sumline "$runc_dir/runc.$GOARCH" sha256 | merge_sums "$runc_dir/runc.sha256sum"
   rm -rf "$w/out"
 }
 
 # ---------------------------------------------------------------- CNI plugins
 # Official: cni-plugins-linux-amd64-v1.10.0.tgz (./bridge, ./host-local, ...) + .sha256 and .sha512.
 cni_dir=$MIRROR/cni-plugins/$CNI_VERSION
-cni_tgz=cni-plugins-$GOOS-$GOARCH-$CNI_VERSION.tgz
+paths_cni() { cni_tgz=cni-plugins-$GOOS-$GOARCH-$CNI_VERSION.tgz; }
 cni_complete() { published_ok "$cni_dir" "$cni_tgz.sha256" "$cni_tgz" && published_ok "$cni_dir" "$cni_tgz.sha512" "$cni_tgz"; }
 
 build_cni() {
@@ -347,7 +451,8 @@ build_cni() {
   (cd "$w" && go build -trimpath -ldflags "-s -w -X $m/pkg/utils/buildversion.BuildVersion=$CNI_VERSION" \
      -o "$w/out/" "${pkgs[@]}") >&2
   for p in "${CNI_PLUGINS[@]}"; do [ -x "$w/out/$p" ] || die "CNI plugin $p was not built"; done
-  says "^CNI bridge plugin $CNI_VERSION\$" "$w/out/bridge" || die "bridge does not say $CNI_VERSION"
+  built_ok "^CNI bridge plugin $CNI_VERSION\$" "$w/out/bridge" || die "bridge does not say $CNI_VERSION"
+  if cross; then (cd "$w/out" && arch_tool -elf "$GOARCH" "${CNI_PLUGINS[@]}") || die "CNI plugins: not every one is for $GOARCH"; fi
   mkdir -p "$cni_dir"
   tgz "$w/out" "$cni_dir/$cni_tgz" "$tm" .
   sumline "$cni_dir/$cni_tgz" sha512 | write_atomic "$cni_dir/$cni_tgz.sha512"
@@ -358,7 +463,7 @@ build_cni() {
 # ---------------------------------------------------------------- crictl
 # Official: crictl-v1.37.0-linux-amd64.tar.gz (crictl at the top) + .sha256.
 crictl_dir=$MIRROR/crictl/$CRICTL_VERSION
-crictl_tgz=crictl-$CRICTL_VERSION-$GOOS-$GOARCH.tar.gz
+paths_crictl() { crictl_tgz=crictl-$CRICTL_VERSION-$GOOS-$GOARCH.tar.gz; }
 crictl_complete() { published_ok "$crictl_dir" "$crictl_tgz.sha256" "$crictl_tgz"; }
 
 build_crictl() {
@@ -371,7 +476,7 @@ build_crictl() {
   rm -rf "$w/out"; mkdir -p "$w/out"
   (cd "$w" && go build -trimpath -ldflags "-s -w -X $m/pkg/version.Version=$CRICTL_VERSION" \
      -o "$w/out/crictl" "$m/cmd/crictl") >&2
-  says "$CRICTL_VERSION" "$w/out/crictl" --version || die "crictl --version does not say $CRICTL_VERSION"
+  built_ok "$CRICTL_VERSION" "$w/out/crictl" --version || die "crictl --version does not say $CRICTL_VERSION"
   mkdir -p "$crictl_dir"
   tgz "$w/out" "$crictl_dir/$crictl_tgz" "$tm" crictl
   sumline "$crictl_dir/$crictl_tgz" sha256 | write_atomic "$crictl_dir/$crictl_tgz.sha256"
@@ -382,7 +487,7 @@ build_crictl() {
 # Official: coredns_1.14.7_linux_amd64.tgz (coredns at the top) + .sha256. The image is made
 # from this binary by build_images.
 coredns_dir=$MIRROR/coredns/$COREDNS_VERSION
-coredns_tgz=coredns_${COREDNS_VERSION#v}_${GOOS}_$GOARCH.tgz
+paths_coredns() { coredns_tgz=coredns_${COREDNS_VERSION#v}_${GOOS}_$GOARCH.tgz; }
 coredns_complete() { published_ok "$coredns_dir" "$coredns_tgz.sha256" "$coredns_tgz"; }
 
 build_coredns() {
@@ -394,7 +499,7 @@ build_coredns() {
   log "CoreDNS $COREDNS_VERSION: building"
   rm -rf "$w/out"; mkdir -p "$w/out"
   (cd "$w" && go build -trimpath -ldflags "-s -w -X $m/coremain.GitCommit=$COREDNS_VERSION" -o "$w/out/coredns" "$m") >&2
-  says "CoreDNS-${COREDNS_VERSION#v}" "$w/out/coredns" -version || die "coredns -version does not say ${COREDNS_VERSION#v}"
+  built_ok "CoreDNS-${COREDNS_VERSION#v}" "$w/out/coredns" -version || die "coredns -version does not say ${COREDNS_VERSION#v}"
   mkdir -p "$coredns_dir"
   tgz "$w/out" "$coredns_dir/$coredns_tgz" "$tm" coredns
   sumline "$coredns_dir/$coredns_tgz" sha256 | write_atomic "$coredns_dir/$coredns_tgz.sha256"
@@ -406,7 +511,7 @@ build_coredns() {
 # traefik_v3.7.13_checksums.txt ("<hex>  <file>" for every file of the release). Workers run it as
 # the node-local apiserver load balancer.
 traefik_dir=$MIRROR/traefik/$TRAEFIK_VERSION
-traefik_tgz=traefik_${TRAEFIK_VERSION}_${GOOS}_$GOARCH.tar.gz
+paths_traefik() { traefik_tgz=traefik_${TRAEFIK_VERSION}_${GOOS}_$GOARCH.tar.gz; }
 traefik_sums=traefik_${TRAEFIK_VERSION}_checksums.txt
 traefik_complete() { published_ok "$traefik_dir" "$traefik_sums" "$traefik_tgz"; }
 
@@ -572,12 +677,12 @@ GO
   codename=$(sed -n 's/^[[:space:]]*Codename = "\([^"]*\)".*/\1/p' "$dir/pkg/version/version.go")
   if [ -d "$w/traefik" ] && [ -n "$codename" ]; then ld+=" -X $m/pkg/version.Codename=$codename+hardway-lab"; fi
   (cd "$w" && go build -trimpath -ldflags "$ld" -o "$w/out/traefik" "$m/cmd/traefik") >&2
-  says "^Version:[[:space:]]*$TRAEFIK_VERSION\$" "$w/out/traefik" version || die "traefik version does not say $TRAEFIK_VERSION"
+  built_ok "^Version:[[:space:]]*$TRAEFIK_VERSION\$" "$w/out/traefik" version || die "traefik version does not say $TRAEFIK_VERSION"
   cp "$dir/LICENSE.md" "$dir/CHANGELOG.md" "$w/out/"
   chmod 0644 "$w/out/LICENSE.md" "$w/out/CHANGELOG.md"
   mkdir -p "$traefik_dir"
   tgz "$w/out" "$traefik_dir/$traefik_tgz" "$tm" CHANGELOG.md LICENSE.md traefik
-  sumline "$traefik_dir/$traefik_tgz" sha256 | write_atomic "$traefik_dir/$traefik_sums"
+  sumline "$traefik_dir/$traefik_tgz" sha256 | merge_sums "$traefik_dir/$traefik_sums"
   rm -rf "$w/out"
 }
 
@@ -585,9 +690,13 @@ GO
 # docker-archive tarballs (what `ctr images import` and hardway's image check read), written by
 # hack/mirror/mkimage with no registry and no daemon: one layer, linux/<arch>, an entrypoint.
 images_dir=$MIRROR/images
-pause_tar=pause-$PAUSE_VERSION.tar
-coredns_tar=coredns-$COREDNS_VERSION.tar
-hello_tar=hello-$HELLO_TAG.tar
+paths_images() {
+  local sfx=""
+  [ "$GOARCH" = "$IMAGES_ARCH" ] || sfx=-$GOARCH
+  pause_tar=pause-$PAUSE_VERSION$sfx.tar
+  coredns_tar=coredns-$COREDNS_VERSION$sfx.tar
+  hello_tar=hello-$HELLO_TAG$sfx.tar
+}
 images_complete() {
   local f
   for f in "$pause_tar" "$coredns_tar" "$hello_tar"; do grep -q "  $f\$" "$images_dir/SHA256SUMS" 2>/dev/null || return 1; done
@@ -595,21 +704,24 @@ images_complete() {
 }
 
 build_images() {
-  local w=$WORK/images src tm_k8s tm_dns
+  local w=$WORK/images/$GOARCH src tm_k8s tm_dns cc
   mkdir -p "$w"
-  # the tools come from this checkout (the project's go.mod pins go-containerregistry)
-  log "images: building mkimage and the hello server"
-  (cd "$TOP" && go build -trimpath -ldflags "-s -w" -o "$w/mkimage" ./hack/mirror/mkimage \
+  # the tools come from this checkout (the project's go.mod pins go-containerregistry): mkimage
+  # runs here, the hello server goes into the image
+  log "images: building mkimage and the hello server ($GOARCH)"
+  (cd "$TOP" && GOARCH=$HOSTARCH go build -trimpath -ldflags "-s -w" -o "$w/mkimage" ./hack/mirror/mkimage \
      && go build -trimpath -ldflags "-s -w" -o "$w/hello" ./hack/mirror/hello) >&2
 
   # pause: the real pause.c from the Kubernetes module zip, built like build/pause/Makefile
   command -v gcc >/dev/null || die "pause needs gcc (run hack/setup.sh)"
+  cc=$(cross_cc)
   src=$(mod_json "k8s.io/kubernetes@$K8S_VERSION" | json_field Dir)/build/pause/linux/pause.c
   [ -s "$src" ] || die "no pause.c in k8s.io/kubernetes@$K8S_VERSION ($src)"
   tm_k8s=$(tag_time "k8s.io/kubernetes@$K8S_VERSION")
-  (cd "$w" && gcc -Os -Wall -Werror -static -ffile-prefix-map="$(dirname "$src")"=. \
-     -DVERSION="v$PAUSE_VERSION" -o "$w/pause" "$src" && strip "$w/pause")
+  (cd "$w" && "$cc" -Os -Wall -Werror -static -ffile-prefix-map="$(dirname "$src")"=. \
+     -DVERSION="v$PAUSE_VERSION" -o "$w/pause" "$src" && "${cc%gcc}strip" "$w/pause")
   static_ok "$w/pause" || die "pause is not static"
+  if cross; then arch_tool -elf "$GOARCH" "$w/pause" "$w/hello" || die "images: pause or hello is not for $GOARCH"; fi
 
   # CoreDNS: the binary of the coredns component, from its tarball
   coredns_complete || die "the CoreDNS image needs the coredns component: build.sh coredns images"
@@ -629,7 +741,7 @@ build_images() {
   mk "$coredns_tar" "$COREDNS_IMAGE" "$tm_dns" /coredns "$w/coredns-bin/coredns:/coredns"
   mk "$hello_tar" "$HELLO_IMAGE" "$HELLO_CREATED" /hello "$w/hello:/hello"
   (cd "$images_dir" && for f in "$coredns_tar" "$hello_tar" "$pause_tar"; do sumline "$f" sha256; done) \
-    | write_atomic "$images_dir/SHA256SUMS"
+    | merge_sums "$images_dir/SHA256SUMS"
 }
 
 # ---------------------------------------------------------------- main
@@ -666,46 +778,10 @@ version_of() {
     coredns) echo "$COREDNS_VERSION" ;; traefik) echo "$TRAEFIK_VERSION" ;;
   esac
 }
-missing=()
-for c in "${ALL[@]}"; do
-  for x in "${want[@]}"; do
-    [ "$x" = "$c" ] || continue
-    if [ "$c" != images ] && ! "${c}_complete"; then missing+=("$c=$(version_of "$c")"); fi
-    break
-  done
-done
-taken=""
-case ${HARDWAY_MIRROR_FROM:-auto} in
-  source) log "HARDWAY_MIRROR_FROM=source: building from source, official sites not asked" ;;
-  auto)
-    if [ ${#missing[@]} -gt 0 ]; then
-      log "trying the official releases of ${missing[*]%%=*}"
-      (cd "$TOP" && go build -trimpath -o "$WORK/official" ./hack/mirror/official) >&2
-      taken=$("$WORK/official" -mirror "$MIRROR" -arch "$GOARCH" "${missing[@]}") \
-        || die "official releases: see above (a checksum mismatch is never a reason to build from source instead)"
-    fi ;;
-  *) die "HARDWAY_MIRROR_FROM=${HARDWAY_MIRROR_FROM}: auto (official releases, source as the fallback) or source" ;;
-esac
+# label C: C, and its architecture when the mirror is built for several
+label() { if [ ${#ARCHES[@]} -gt 1 ]; then echo "$1 ($GOARCH)"; else echo "$1"; fi; }
+
 official_taken=() source_built=()
-
-# in the order of ALL, each once: the official release, the cache, or a source build
-todo=()
-for c in "${ALL[@]}"; do
-  for x in "${want[@]}"; do
-    [ "$x" = "$c" ] || continue
-    if grep -qx "official $c" <<<"$taken" && "${c}_complete"; then
-      log "$c: the official release, checksums verified"; official_taken+=("$c")
-    elif "${c}_complete"; then log "$c: cached"
-    else todo+=("$c")
-    fi
-    break
-  done
-done
-
-# Kubernetes is most of a cold build (10 min of compiling on 2 cores). It builds beside the
-# others, so that their module downloads (3-4 min in all, network-bound) overlap its compiling
-# instead of leaving the cores idle. Each writes only its own wrapper module and output;
-# Go's module and build caches are safe for concurrent use.
 k8s_pid=""
 stop_k8s() { # the background build and the go commands under it, if a foreground build failed
   local p kids
@@ -714,22 +790,75 @@ stop_k8s() { # the background build and the go commands under it, if a foregroun
   for p in $kids; do pkill -TERM -P "$p" 2>/dev/null || true; kill -TERM "$p" 2>/dev/null || true; done
   kill -TERM "$k8s_pid" 2>/dev/null || true
 }
-trap stop_k8s EXIT
-if [ ${#todo[@]} -gt 1 ] && grep -qw kubernetes <<<"${todo[*]}"; then
-  ( timed kubernetes build_kubernetes && echo "${TIMES[kubernetes]}" > "$WORK/.kubernetes-build-time" ) &
-  k8s_pid=$!
-  log "kubernetes: building in the background (pid $k8s_pid) beside ${todo[*]/kubernetes/}"
-fi
-for c in "${todo[@]}"; do
-  if [ "$c" = kubernetes ] && [ -n "$k8s_pid" ]; then continue; fi
-  timed "$c" "build_$c"; source_built+=("$c")
+
+# build_arch: every wanted component for $GOARCH (use_arch): the official release, the cache, or a
+# source build
+build_arch() {
+  local c x taken="" missing=() todo=()
+  for c in "${ALL[@]}"; do
+    for x in "${want[@]}"; do
+      [ "$x" = "$c" ] || continue
+      if [ "$c" != images ] && ! "${c}_complete"; then missing+=("$c=$(version_of "$c")"); fi
+      break
+    done
+  done
+  case ${HARDWAY_MIRROR_FROM:-auto} in
+    source) log "HARDWAY_MIRROR_FROM=source: building from source for $GOARCH, official sites not asked" ;;
+    auto)
+      if [ ${#missing[@]} -gt 0 ]; then
+        log "trying the official releases of ${missing[*]%%=*} for $GOARCH"
+        official_tool
+        taken=$("$WORK/official" -mirror "$MIRROR" -arch "$GOARCH" "${missing[@]}") \
+          || die "official releases: see above (a checksum mismatch is never a reason to build from source instead)"
+      fi ;;
+    *) die "HARDWAY_MIRROR_FROM=${HARDWAY_MIRROR_FROM}: auto (official releases, source as the fallback) or source" ;;
+  esac
+
+  # in the order of ALL, each once: the official release, the cache, or a source build
+  for c in "${ALL[@]}"; do
+    for x in "${want[@]}"; do
+      [ "$x" = "$c" ] || continue
+      if grep -qx "official $c" <<<"$taken" && "${c}_complete"; then
+        log "$(label "$c"): the official release, checksums verified"; official_taken+=("$(label "$c")")
+      elif "${c}_complete"; then log "$(label "$c"): cached"
+      else todo+=("$c")
+      fi
+      break
+    done
+  done
+
+  # Kubernetes is most of a cold build (10 min of compiling on 2 cores). It builds beside the
+  # others, so that their module downloads (3-4 min in all, network-bound) overlap its compiling
+  # instead of leaving the cores idle. Each writes only its own wrapper module and output;
+  # Go's module and build caches are safe for concurrent use.
+  local k8s_label; k8s_label=$(label kubernetes)
+  trap stop_k8s EXIT
+  if [ ${#todo[@]} -gt 1 ] && grep -qw kubernetes <<<"${todo[*]}"; then
+    ( timed "$k8s_label" build_kubernetes && echo "${TIMES[$k8s_label]}" > "$WORK/.kubernetes-build-time" ) &
+    k8s_pid=$!
+    log "$k8s_label: building in the background (pid $k8s_pid) beside ${todo[*]/kubernetes/}"
+  fi
+  for c in "${todo[@]}"; do
+    if [ "$c" = kubernetes ] && [ -n "$k8s_pid" ]; then continue; fi
+    timed "$(label "$c")" "build_$c"; source_built+=("$(label "$c")")
+  done
+  if [ -n "$k8s_pid" ]; then
+    wait "$k8s_pid" || { k8s_pid=""; die "$k8s_label: the source build failed (see above)"; }
+    k8s_pid=""
+    TIMES[$k8s_label]=$(cat "$WORK/.kubernetes-build-time"); source_built+=("$k8s_label")
+  fi
+  trap - EXIT
+}
+
+# Another architecture than this machine's is cross-compiled, and its binaries checked with
+# hack/mirror/official -elf: built once, here, for this machine.
+for a in "${ARCHES[@]}"; do
+  if [ "$a" != "$HOSTARCH" ]; then official_tool; break; fi
 done
-if [ -n "$k8s_pid" ]; then
-  wait "$k8s_pid" || { k8s_pid=""; die "kubernetes: the source build failed (see above)"; }
-  k8s_pid=""
-  TIMES[kubernetes]=$(cat "$WORK/.kubernetes-build-time"); source_built+=(kubernetes)
-fi
-trap - EXIT
+for a in "${ARCHES[@]}"; do
+  use_arch "$a"
+  build_arch
+done
 for x in "${want[@]}"; do
   if [ "$x" = kubernetes ]; then
     minor_line=${K8S_VERSION#v}; minor_line=${minor_line%.*}
@@ -740,8 +869,11 @@ done
 
 log "mirror ready in $(( $(date +%s) - T0 ))s: $MIRROR"
 log "official releases: ${official_taken[*]:-none}; built from source: ${source_built[*]:-none}"
-for c in "${ALL[@]}"; do
-  if [ -n "${TIMES[$c]:-}" ]; then echo "build time $c ${TIMES[$c]}s" >&2; fi
+for a in "${ARCHES[@]}"; do
+  use_arch "$a"
+  for c in "${ALL[@]}"; do
+    if [ -n "${TIMES[$(label "$c")]:-}" ]; then echo "build time $(label "$c") ${TIMES[$(label "$c")]}s" >&2; fi
+  done
 done
 echo "kubernetes file://$MIRROR/kubernetes"
 echo "etcd file://$MIRROR/etcd"

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -42,8 +43,13 @@ image tarball in images: (verified against its sha256 there or the
 SHA256SUMS beside its URL, and checked to be a docker-archive holding that
 image). A missing checksum is an error.
 
+Each architecture the hosts use (arch:, and a host's own arch:) gets its own
+files: the control-plane binaries and etcd for the control-plane hosts'
+architectures, the worker binaries and the images listed for it for the
+workers'.
+
 The first run writes hardway.lock next to the inventory with the version,
-URL, sha256 and sha512 of every artifact: commit it. Later runs refuse bytes
+arch, URL, sha256 and sha512 of every artifact: commit it. Later runs refuse bytes
 that differ from it; --update-lock moves versions on purpose.
 
 Air-gapped sites:
@@ -108,7 +114,11 @@ func (a *App) runFetch(cmd *cobra.Command, fl fetchFlags) error {
 	if set.LockWritten {
 		lockState = "written: commit it"
 	}
-	fmt.Fprintf(a.Stdout, "Kubernetes %s, etcd %s, linux/%s: %d artifacts verified\n", set.Kubernetes, set.Etcd, set.Arch, len(set.Artifacts))
+	platforms := make([]string, len(set.Arches))
+	for i, arch := range set.Arches {
+		platforms[i] = "linux/" + arch
+	}
+	fmt.Fprintf(a.Stdout, "Kubernetes %s, etcd %s, %s: %d artifacts verified\n", set.Kubernetes, set.Etcd, strings.Join(platforms, " + "), len(set.Artifacts))
 	if w := set.Workers; w != nil {
 		lb := ""
 		if w.Traefik != "" {
@@ -122,9 +132,9 @@ func (a *App) runFetch(cmd *cobra.Command, fl fetchFlags) error {
 		fmt.Fprintf(a.Stdout, "bundle: %s\n", fl.bundle)
 	}
 	tw := tabwriter.NewWriter(a.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tVERSION\tSHA256\tSOURCE")
+	fmt.Fprintln(tw, "NAME\tVERSION\tARCH\tSHA256\tSOURCE")
 	for _, x := range set.Artifacts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.Name, x.Version, x.SHA256, x.Source)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", x.Name, x.Version, x.Arch, x.SHA256, x.Source)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -211,9 +211,12 @@ func threeHosts(t *testing.T) *inventory.Inventory {
 func newFakeCluster(t *testing.T, inv *inventory.Inventory, opt Options, models map[string]*hostModel) *fakeCluster {
 	t.Helper()
 	fc := &fakeCluster{t: t, hosts: map[string]*remotetest.Fake{}, model: models, etcd: &fakeEtcd{health: map[string]bool{}}}
-	for _, h := range inv.ControlPlane {
+	for _, h := range inv.Hosts() {
+		m, ok := models[h.Name]
+		if !ok && indexOf(inv.Workers, h.Name) >= 0 {
+			continue // a worker is faked only when the test models it
+		}
 		f := remotetest.New(t, h.Name)
-		m := models[h.Name]
 		f.ExpectMatch(`(?s).*`).AnyTimes().RespondWith(func(cmd string, _ []byte) (string, error) { return m.answer(cmd) })
 		fc.hosts[h.Name] = f
 	}

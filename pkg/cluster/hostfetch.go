@@ -42,6 +42,7 @@ func (c *Cluster) hostFetches(a release.Artifact) bool {
 type hostFetch struct {
 	c     *Cluster
 	host  string
+	arch  string // the host's: it downloads the artifacts for it
 	order []string
 	byURL map[string]*fetchAction
 }
@@ -52,8 +53,8 @@ type fetchAction struct {
 	restarts []string
 }
 
-func (c *Cluster) newHostFetch(host string) *hostFetch {
-	return &hostFetch{c: c, host: host, byURL: map[string]*fetchAction{}}
+func (c *Cluster) newHostFetch(host, arch string) *hostFetch {
+	return &hostFetch{c: c, host: host, arch: arch, byURL: map[string]*fetchAction{}}
 }
 
 // add takes file f of the manifest (rf is it resolved, markers its restart
@@ -64,7 +65,7 @@ func (hf *hostFetch) add(mf units.File, rf remote.File, markers []string) (bool,
 	if mf.Source == nil || mf.Source.Kind != units.SourceBinary || set == nil {
 		return false, nil
 	}
-	a, ok := set.Get(mf.Source.Name)
+	a, ok := set.Get(hf.arch, mf.Source.Name)
 	if !ok || !hf.c.hostFetches(a) {
 		return false, nil
 	}
@@ -107,7 +108,7 @@ func (hf *hostFetch) add(mf units.File, rf remote.File, markers []string) (bool,
 
 // lockPin is the lock's entry for a, which must agree with the set.
 func lockPin(set *release.Set, a release.Artifact) (release.LockEntry, error) {
-	e, ok := set.Lock.Entry(a.Name)
+	e, ok := set.Lock.Entry(a.Arch, a.Name)
 	if !ok || e.SHA256 != a.SHA256 {
 		return e, usererr.Errorf("run 'hardway fetch' to pin the release set in "+usererr.Quote(set.LockPath),
 			"%s is not pinned in %s (or pinned to other bytes than the cache holds)", a.Name, set.LockPath)

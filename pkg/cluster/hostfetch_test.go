@@ -5,13 +5,16 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/platform"
 	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/remote/remotetest"
@@ -45,12 +48,18 @@ controlPlane:
 		t.Fatal(err)
 	}
 	set := &release.Set{LockPath: "/repo/hardway.lock", Lock: &release.Lock{}}
+	cache := t.TempDir()
 	add := func(a release.Artifact) {
-		a.SHA256 = fmt.Sprintf("%x", sha256.Sum256([]byte("bytes of "+a.Name)))
-		a.Size = int64(100 + len(a.Name))
-		a.Path = "/cache/" + a.Name
+		a.Arch = "amd64"
+		data := append(platform.FakeELF("amd64"), "bytes of "+a.Name...)
+		a.SHA256 = fmt.Sprintf("%x", sha256.Sum256(data))
+		a.Size = int64(len(data))
+		a.Path = filepath.Join(cache, a.Name)
+		if err := os.WriteFile(a.Path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		set.Artifacts = append(set.Artifacts, a)
-		set.Lock.Artifacts = append(set.Lock.Artifacts, release.LockEntry{Name: a.Name, URL: a.URL, Member: a.Member, SHA256: a.SHA256})
+		set.Lock.Artifacts = append(set.Lock.Artifacts, release.LockEntry{Name: a.Name, Arch: a.Arch, URL: a.URL, Member: a.Member, SHA256: a.SHA256})
 	}
 	tarURL := "https://github.example/etcd/v3.6.16/" + etcdTar
 	add(release.Artifact{Name: etcdTar, URL: tarURL})
@@ -140,7 +149,7 @@ func TestHostFetchPlan(t *testing.T) {
 	cmd := calls[0].Cmd
 	set := fc.releaseSet()
 	for _, n := range append([]string{etcdTar}, release.EtcdBinaries...) {
-		a, _ := set.Get(n)
+		a, _ := set.Get("amd64", n)
 		if !strings.Contains(cmd, a.SHA256) {
 			t.Errorf("the host command lacks %s's pin", n)
 		}

@@ -90,9 +90,9 @@ func (c *Cluster) hostImages(m *units.Manifest) ([]wantedImage, error) {
 		if set == nil {
 			return nil, errors.New("the release set is not resolved (run 'hardway fetch')")
 		}
-		a, ok := set.Get(f.Source.Name)
+		a, ok := set.Get(m.Arch, f.Source.Name)
 		if !ok || a.Image == nil {
-			return nil, fmt.Errorf("release set has no image %s", f.Source.Name)
+			return nil, fmt.Errorf("release set has no image %s for %s", f.Source.Name, m.Arch)
 		}
 		out = append(out, wantedImage{Name: name, Path: f.Path, ID: a.Image.ID})
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/hardway/hardway/pkg/hostprobe"
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/platform"
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/units"
 	"github.com/hardway/hardway/pkg/usererr"
@@ -199,6 +200,33 @@ for i in $(seq 1 10); do s=$(date +%s%N); dd if=/dev/zero of="$f" bs=2300 count=
 rm -f "$f"
 `
 
+// archProblem says what is wrong when host's `uname -m` is not the
+// architecture the inventory gives it (its own arch:, else the top-level
+// one), with the fix: the binaries pushed are those of that architecture.
+func (c *Cluster) archProblem(host, uname string) string {
+	want := c.Inv.Arch
+	own := false
+	for _, h := range c.Inv.Hosts() {
+		if h.Name == host {
+			want, own = c.Inv.HostArch(h), h.Arch != ""
+		}
+	}
+	got, known := platform.FromUname(uname)
+	switch {
+	case !known:
+		return fmt.Sprintf("architecture %s, which hardway has no release binaries for (it installs %s)",
+			uname, strings.Join(platform.Names(), " and "))
+	case got.Name == want:
+		return ""
+	}
+	says := "the inventory's arch: " + want
+	if own {
+		says = "its arch: " + want + " in the inventory"
+	}
+	return fmt.Sprintf("architecture %s (%s), but %s: the %s binaries would not run there; set arch: %s on this host in the inventory (or arch: %s at the top level, if every host is %s)",
+		uname, got.Name, says, want, got.Name, got.Name, got.Name)
+}
+
 func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, error) {
 	f := HostFacts{Host: sh.Name(), PortOwners: map[int]string{}}
 	worker := indexOf(c.Inv.Workers, sh.Name()) >= 0
@@ -236,9 +264,11 @@ func (c *Cluster) hostFacts(ctx context.Context, sh remote.Host) (HostFacts, err
 	if lines[0] != "Linux" {
 		f.Problems = append(f.Problems, "not Linux: "+lines[0])
 	}
-	f.Arch = map[string]string{"x86_64": "amd64", "aarch64": "arm64"}[lines[1]]
-	if f.Arch != c.Inv.Arch {
-		f.Problems = append(f.Problems, fmt.Sprintf("architecture %s, but the inventory says arch: %s", lines[1], c.Inv.Arch))
+	if p := c.archProblem(sh.Name(), lines[1]); p != "" {
+		f.Problems = append(f.Problems, p)
+	}
+	if a, ok := platform.FromUname(lines[1]); ok {
+		f.Arch = a.Name
 	}
 	if lines[2] != "systemd" {
 		f.Problems = append(f.Problems, "systemd is not running as init (hardway installs systemd services)")

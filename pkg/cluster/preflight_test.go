@@ -62,7 +62,7 @@ func TestHostFacts(t *testing.T) {
 		{"wrong arch, no systemd, port taken, slow disk, skewed clock",
 			fmt.Sprintf("%d\nLinux\naarch64\nno-systemd\n1024\nport *:6443 users:((\"nginx\",pid=7))\n", now+int64(10*time.Second)),
 			"s 50000000\nb 1000000\n",
-			[]string{"architecture aarch64", "systemd is not running", "only 1 MiB free", "port 6443 is taken by users:((\"nginx\"", "s off this machine's"},
+			[]string{"architecture aarch64 (arm64), but the inventory's arch: amd64", "systemd is not running", "only 1 MiB free", "port 6443 is taken by users:((\"nginx\"", "s off this machine's"},
 			[]string{"fsync p99 49ms"}, 0, false},
 	}
 	for _, c := range cases {
@@ -93,6 +93,44 @@ func TestHostFacts(t *testing.T) {
 				t.Errorf("fsync skipped %v, skew %s", hf.FsyncSkipped, hf.Skew)
 			}
 		})
+	}
+}
+
+// A host whose uname -m is not its architecture in the inventory (its own
+// arch:, else the top-level one) is refused with the line to write.
+func TestPreflightArchPerHost(t *testing.T) {
+	inv, err := inventory.Parse("inv.yaml", t.TempDir()+"/inv.yaml", []byte(`controlPlane:
+  - {name: c1, address: 10.240.0.11}
+workers:
+  - {name: w1, address: 10.240.0.21}
+  - {name: w2, address: 10.240.0.22, arch: arm64}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(inv, Options{})
+	for _, tc := range []struct {
+		host, uname string
+		want        []string // nil: no problem
+	}{
+		{"c1", "x86_64", nil},
+		{"w2", "aarch64", nil},
+		{"w1", "aarch64", []string{"architecture aarch64 (arm64), but the inventory's arch: amd64", "set arch: arm64 on this host in the inventory", "or arch: arm64 at the top level"}},
+		{"w2", "x86_64", []string{"architecture x86_64 (amd64), but its arch: arm64 in the inventory", "the arm64 binaries would not run there", "set arch: amd64 on this host"}},
+		{"c1", "armv7l", []string{"architecture armv7l, which hardway has no release binaries for (it installs amd64 and arm64)"}},
+	} {
+		got := c.archProblem(tc.host, tc.uname)
+		if tc.want == nil {
+			if got != "" {
+				t.Errorf("%s %s: %q", tc.host, tc.uname, got)
+			}
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s %s: %q lacks %q", tc.host, tc.uname, got, w)
+			}
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/platform"
 	"github.com/hardway/hardway/pkg/podnet"
 	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/remote"
@@ -294,9 +295,12 @@ func (c *Cluster) remoteFiles(m *units.Manifest) ([]remote.File, error) {
 				if set == nil {
 					return nil, usererr.New(errors.New("the release binaries are not in the cache"), "run 'hardway fetch' first, or 'hardway up' without --offline")
 				}
-				a, ok := set.Get(f.Source.Name)
+				a, ok := set.Get(m.Arch, f.Source.Name)
 				if !ok {
-					return nil, fmt.Errorf("release set has no %s", f.Source.Name)
+					return nil, fmt.Errorf("release set has no %s for %s", f.Source.Name, m.Arch)
+				}
+				if err := checkMachine(m, f, a); err != nil {
+					return nil, err
 				}
 				rf.Source, rf.Size, rf.SHA256 = a.Path, a.Size, a.SHA256
 			} else {
@@ -309,6 +313,40 @@ func (c *Cluster) remoteFiles(m *units.Manifest) ([]remote.File, error) {
 		out = append(out, rf)
 	}
 	return out, nil
+}
+
+// checkMachine refuses a release binary for m's host that is not built for
+// the host's architecture. The set holds each arch's files under their own
+// name and arch, so this should never fire; it is what makes sure: a
+// mirror that serves the amd64 build at the arm64 path (its checksum
+// published beside it and pinned in the lock all the same) would otherwise
+// install a kubelet that cannot start, and the host would only say "exec
+// format error". It reads the ELF header of the operator's verified copy,
+// before the push is planned; with releases.fetchOn: hosts the host
+// installs those same bytes (the lock's sha256), so the check covers it
+// too. Image tarballs are not binaries (their architecture is checked by
+// pkg/release against the image config).
+func checkMachine(m *units.Manifest, f units.File, a release.Artifact) error {
+	if a.Image != nil {
+		return nil
+	}
+	err := platform.CheckELF(a.Path, m.Arch)
+	if err == nil {
+		return nil
+	}
+	what := fmt.Sprintf("%s: %s (%s %s from %s)", m.Host, f.Path, a.Name, a.Version, a.URL)
+	var mm *platform.MismatchError
+	switch {
+	case errors.As(err, &mm):
+		return usererr.New(fmt.Errorf("%s: %w, the host's architecture: nothing pushed", what, err),
+			"the mirror serves another architecture's file at the "+m.Arch+" path: check releases in the inventory "+
+				"(a mirror laid out like the official site keeps each architecture under its own path), then run 'hardway fetch --update-lock'; "+
+				"if "+m.Host+" is not "+m.Arch+", set arch: on it in the inventory")
+	case errors.Is(err, platform.ErrNotELF):
+		return usererr.New(fmt.Errorf("%s is not a Linux binary: %w: nothing pushed", what, err),
+			"the mirror serves something else than a release binary at that path: check releases in the inventory, then run 'hardway fetch --update-lock'")
+	}
+	return usererr.New(fmt.Errorf("%s: read the cached binary: %w", what, err), "run 'hardway fetch' to fill the cache again")
 }
 
 // planPush compares every file with what is on the hosts. Each write it
@@ -449,7 +487,7 @@ func (c *Cluster) planPushHost(ctx context.Context, h inventory.Host, sel *pushS
 	for i, r := range res {
 		holdsIdentity = holdsIdentity || !r.Content && IsIdentity(m.Files[i].Source)
 	}
-	fetch := c.newHostFetch(h.Name)
+	fetch := c.newHostFetch(h.Name, m.Arch)
 	for i, r := range res {
 		why := r.Why
 		if !r.Changed() {

@@ -16,6 +16,7 @@ import (
 	"github.com/hardway/hardway/pkg/inventory"
 	"github.com/hardway/hardway/pkg/pki"
 	"github.com/hardway/hardway/pkg/plan"
+	"github.com/hardway/hardway/pkg/platform"
 	"github.com/hardway/hardway/pkg/release"
 	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/state"
@@ -34,7 +35,7 @@ func generated(t *testing.T, inv *inventory.Inventory) state.Dir {
 }
 
 // withRelease renders the manifests and gives the cluster a release set of
-// small local files, one per binary the manifests name.
+// small local files, one per binary the manifests name for each arch.
 func (fc *fakeCluster) withRelease() {
 	fc.t.Helper()
 	if err := fc.ensureRendered(context.Background()); err != nil {
@@ -43,18 +44,26 @@ func (fc *fakeCluster) withRelease() {
 	dir := fc.t.TempDir()
 	set := &release.Set{}
 	seen := map[string]bool{}
-	for _, h := range fc.Inv.ControlPlane {
-		for _, f := range fc.manifest(h.Name).Files {
-			if f.Source == nil || f.Source.Kind != units.SourceBinary || seen[f.Source.Name] {
+	for _, h := range fc.Inv.Hosts() {
+		m := fc.manifest(h.Name)
+		for _, f := range m.Files {
+			if f.Source == nil || f.Source.Kind != units.SourceBinary || seen[m.Arch+"/"+f.Source.Name] {
 				continue
 			}
-			seen[f.Source.Name] = true
-			p := filepath.Join(dir, f.Source.Name)
-			data := []byte("binary " + f.Source.Name)
+			k := m.Arch + "/" + f.Source.Name
+			seen[k] = true
+			p := filepath.Join(dir, m.Arch+"-"+strings.ReplaceAll(f.Source.Name, "/", "_"))
+			// An ELF header for the host's arch (the push checks it), then
+			// the name, so that each binary has its own digest.
+			data := append(platform.FakeELF(m.Arch), "binary "+f.Source.Name...)
 			if err := os.WriteFile(p, data, 0o644); err != nil {
 				fc.t.Fatal(err)
 			}
-			set.Artifacts = append(set.Artifacts, release.Artifact{Name: f.Source.Name, Path: p, Size: int64(len(data)), SHA256: fmt.Sprintf("%x", sha256.Sum256(data))})
+			a := release.Artifact{Name: f.Source.Name, Arch: m.Arch, Path: p, Size: int64(len(data)), SHA256: fmt.Sprintf("%x", sha256.Sum256(data))}
+			if name, ok := strings.CutPrefix(f.Source.Name, release.ImagePrefix); ok {
+				a.Image = &release.ImageInfo{Name: name, ID: "sha256:" + a.SHA256, OS: "linux", Arch: m.Arch}
+			}
+			set.Artifacts = append(set.Artifacts, a)
 		}
 	}
 	fc.setReleaseSet(set)

@@ -301,12 +301,12 @@ workers:
 	}})
 	wf.newKube = func(inventory.Host) (kubernetes.Interface, error) { return wf.kube, nil }
 	img := func(name, id string) release.Artifact {
-		return release.Artifact{Name: release.ImagePrefix + name, Image: &release.ImageInfo{Name: name, ID: id}}
+		return release.Artifact{Name: release.ImagePrefix + name, Arch: "amd64", Image: &release.ImageInfo{Name: name, ID: id}}
 	}
 	wf.set = &release.Set{Artifacts: []release.Artifact{img(pauseRef, "sha256:aaa"), img(helloRef, "sha256:bbb")}}
 	wf.manifests = map[string]*units.Manifest{"c1": {Host: "c1"}}
 	for _, w := range inv.Workers {
-		wf.manifests[w.Name] = &units.Manifest{Host: w.Name, Files: []units.File{
+		wf.manifests[w.Name] = &units.Manifest{Host: w.Name, Arch: "amd64", Files: []units.File{
 			{Path: "/var/lib/hardway/images/pause.tar", Source: &units.Source{Kind: units.SourceBinary, Name: release.ImagePrefix + pauseRef}},
 			{Path: "/var/lib/hardway/images/hello.tar", Source: &units.Source{Kind: units.SourceBinary, Name: release.ImagePrefix + helloRef}},
 		}}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -44,6 +45,53 @@ func (inv *Inventory) APIServerURL() string {
 // Hosts returns the control-plane hosts followed by the workers.
 func (inv *Inventory) Hosts() []Host {
 	return append(append([]Host{}, inv.ControlPlane...), inv.Workers...)
+}
+
+// HostArch is h's architecture: its own arch, else the inventory's.
+func (inv *Inventory) HostArch(h Host) string {
+	if h.Arch != "" {
+		return h.Arch
+	}
+	return inv.Arch
+}
+
+// Arches are the architectures of all hosts, sorted, each once: what the
+// release set holds binaries for.
+func (inv *Inventory) Arches() []string { return inv.ArchesOf(inv.Hosts()) }
+
+// ArchesOf are the architectures of hosts, sorted, each once (none for no
+// hosts): inv.ArchesOf(inv.Workers) are those the worker binaries and
+// images are fetched for.
+func (inv *Inventory) ArchesOf(hosts []Host) []string {
+	var out []string
+	for _, h := range hosts {
+		if a := inv.HostArch(h); !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ImageArch is the architecture image im is for: its own arch, else the
+// inventory's.
+func (inv *Inventory) ImageArch(im Image) string {
+	if im.Arch != "" {
+		return im.Arch
+	}
+	return inv.Arch
+}
+
+// ImagesFor are the images for workers of architecture arch, in the
+// inventory's order.
+func (inv *Inventory) ImagesFor(arch string) []Image {
+	var out []Image
+	for _, im := range inv.Images {
+		if inv.ImageArch(im) == arch {
+			out = append(out, im)
+		}
+	}
+	return out
 }
 
 // SSHFor returns the SSH settings for h: its overrides on top of the

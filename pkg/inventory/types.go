@@ -60,7 +60,7 @@ type Inventory struct {
 	CNIPluginsVersion string      `yaml:"cniPluginsVersion"` // "v1.10.0"
 	CrictlVersion     string      `yaml:"crictlVersion"`     // "v1.37.0"
 	TraefikVersion    string      `yaml:"traefikVersion"`    // "v3.7.13": the workers' node-local apiserver load balancer
-	Arch              string      `yaml:"arch"`              // amd64 or arm64
+	Arch              string      `yaml:"arch"`              // amd64 or arm64: every host's and image's unless it names its own
 	Network           Network     `yaml:"network"`
 	SSH               SSH         `yaml:"ssh"`
 	PKI               PKI         `yaml:"pki"`
@@ -153,6 +153,11 @@ type Image struct {
 	Name   string `yaml:"name"`   // as containerd knows it: registry.k8s.io/pause:3.10.2
 	URL    string `yaml:"url"`    // http(s) or file URL of the tarball
 	SHA256 string `yaml:"sha256"` // hex; optional when SHA256SUMS is published beside the URL
+	// Arch is the architecture the tarball holds the image for ("": the
+	// inventory's arch). A tarball holds one platform, so a cluster with
+	// workers of two architectures lists an image once per architecture;
+	// each worker imports those of its own (see ImagesFor).
+	Arch string `yaml:"arch"`
 }
 
 // Registry is a container registry the workers pull through mirrors: a
@@ -194,6 +199,10 @@ type Host struct {
 	// ContainerHost: the host is a container (the lab's nspawn hosts). It
 	// turns on the settings only such a host needs; never on a real host.
 	ContainerHost bool `yaml:"containerHost"`
+	// Arch is the host's architecture, amd64 or arm64 ("": the inventory's
+	// arch): the release binaries it gets are those built for it. Read it
+	// through Inventory.HostArch.
+	Arch string `yaml:"arch"`
 }
 
 // IP is the host's cluster-facing address (InternalAddress, else Address).

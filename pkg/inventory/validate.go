@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-version"
+
+	"github.com/hardway/hardway/pkg/platform"
 )
 
 // SupportedKubernetes is the range of Kubernetes versions hardway renders for.
@@ -186,9 +188,7 @@ func (l *loader) validate(inv *Inventory) {
 				"etcd %s with Kubernetes %s is not a tested pairing", inv.EtcdVersion, inv.KubernetesVersion)
 		}
 	}
-	if inv.Arch != "amd64" && inv.Arch != "arm64" {
-		l.errorf("arch", "use amd64 or arm64", "%q is not a supported architecture", inv.Arch)
-	}
+	l.validateArch("arch", inv.Arch)
 
 	l.validateNetwork(inv)
 	l.validateWorkerNetwork(inv)
@@ -330,10 +330,21 @@ func (l *loader) validateHosts(inv *Inventory) {
 			if h.SSH != nil {
 				l.validateSSH(p+".ssh", *h.SSH)
 			}
+			if h.Arch != "" {
+				l.validateArch(p+".arch", h.Arch)
+			}
 		}
 	}
 	check("controlPlane", inv.ControlPlane)
 	check("workers", inv.Workers)
+}
+
+// validateArch checks an arch: key (the inventory's, a host's, an image's)
+// against the architectures hardway installs for.
+func (l *loader) validateArch(path, arch string) {
+	if !platform.Supported(arch) {
+		l.errorf(path, "use "+strings.Join(platform.Names(), " or "), "%q is not a supported architecture", arch)
+	}
 }
 
 func (l *loader) checkAddr(inv *Inventory, path, a string, required bool, seen map[string]string) {

@@ -3,10 +3,13 @@ package inventory
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/hashicorp/go-version"
+
+	"github.com/hardway/hardway/pkg/platform"
 )
 
 // WorkerVersions are the versions of the components a worker runs besides
@@ -122,6 +125,7 @@ func (l *loader) validateWorkerReleases(inv *Inventory) {
 	}
 
 	seen := map[string]string{}
+	workerArches := inv.ArchesOf(inv.Workers)
 	for i, im := range inv.Images {
 		p := fmt.Sprintf("images[%d]", i)
 		switch ref, err := name.NewTag(im.Name, name.WeakValidation); {
@@ -132,10 +136,24 @@ func (l *loader) validateWorkerReleases(inv *Inventory) {
 		case !hasExplicitTag(im.Name):
 			l.errorf(p+".name", "write the tag the tarball carries, e.g. "+im.Name+":v1", "%q has no tag", im.Name)
 		default:
-			if prev, dup := seen[ref.Name()]; dup {
-				l.errorf(p+".name", "list every image once", "%q is already listed at %s", im.Name, prev)
+			// Once per architecture: the same name may be listed for amd64
+			// and for arm64 workers, each with its own tarball.
+			key := ref.Name() + " " + inv.ImageArch(im)
+			if prev, dup := seen[key]; dup {
+				l.errorf(p+".name", "list every image once per architecture", "%q for %s is already listed at %s", im.Name, inv.ImageArch(im), prev)
 			}
-			seen[ref.Name()] = p
+			seen[key] = p
+		}
+		if im.Arch != "" {
+			l.validateArch(p+".arch", im.Arch)
+		}
+		if a := inv.ImageArch(im); len(inv.Workers) > 0 && platform.Supported(a) && !slices.Contains(workerArches, a) {
+			at := p + ".arch"
+			if im.Arch == "" {
+				at = p + ".name"
+			}
+			l.warnf(at, "set the image's arch: to that of the workers it is for (a tarball holds one architecture), or remove it",
+				"the image is for %s and no worker is %s: it is not fetched or imported anywhere", a, a)
 		}
 		if im.URL == "" {
 			l.errorf(p+".url", "the http(s) or file URL of the image's docker-archive tarball", "a URL is required")

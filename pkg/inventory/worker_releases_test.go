@@ -78,7 +78,7 @@ images:
 		`inv.yaml:9:10: images[1].url: a URL is required`,
 		`inv.yaml:10:13: images[1].sha256: "abc" is not a sha256 digest`,
 		`inv.yaml:12:10: images[2].url: "https://10.0.0.1/images/" is not a file URL`,
-		`inv.yaml:13:11: images[3].name: "registry.k8s.io/coredns/coredns:v1.14.7" is already listed at images[2]`,
+		`inv.yaml:13:11: images[3].name: "registry.k8s.io/coredns/coredns:v1.14.7" for amd64 is already listed at images[2]`,
 	}
 	if len(probs) != len(want) {
 		t.Errorf("%d problems, want %d:\n%v", len(probs), len(want), probs)

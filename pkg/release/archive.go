@@ -8,7 +8,7 @@ func (s *Set) ArchiveOf(a Artifact) (Artifact, bool) {
 		return Artifact{}, false
 	}
 	for _, o := range s.Artifacts {
-		if o.Member == "" && o.URL == a.URL && o.Name != a.Name {
+		if o.Member == "" && o.URL == a.URL && o.Arch == a.Arch && o.Name != a.Name {
 			return o, true
 		}
 	}

@@ -3,8 +3,11 @@ package release
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/hardway/hardway/pkg/inventory"
 )
 
 // Checksum kinds: where the published digest of an artifact comes from.
@@ -42,46 +45,98 @@ const CNIPrefix = "cni-"
 
 // spec is one thing to obtain, before anything is known about its bytes.
 type spec struct {
-	Name    string // lock key: "kube-apiserver", "etcd-v3.6.16-linux-amd64.tar.gz", "etcd"
+	Name    string // lock key with Arch: "kube-apiserver", "etcd-v3.6.16-linux-amd64.tar.gz", "etcd"
 	Version string // tag, "v1.36.3"
 	Arch    string
 	URL     string
 	SumURL  string // where the published digest is; "" for members and inline sums
 	SumKind string
 	Sum     string // sumInline: the hex sha256
-	Archive string // for members: the lock name of the tarball they come from
+	Archive string // for members: the lock name of the tarball they come from (same Arch)
 	Member  string // for members: the path inside the tarball
 	Install bool   // a binary pushed to /usr/local/bin/<Name>
 	Image   string // an image's name, checked against its tarball
 	Field   string // the inventory field that chose the mirror, for hints: "releases.etcd"
+	Label   string // how progress lines name it: Name, with the arch when the set has several
 }
 
-// plan lists the artifacts for the resolved versions, archives before the
-// members extracted from them, otherwise sorted by name.
+// key is what tells two artifacts apart in a set: name and arch.
+func key(arch, name string) string { return arch + "/" + name }
+
+// archesOf are the architectures o's hosts use: the control plane's, and
+// with workers theirs, sorted, each once. Empty lists mean o.Arch.
+func (o Options) archesOf() (cp, workers, all []string) {
+	cp, workers = o.ControlPlaneArches, o.WorkerArches
+	if len(cp) == 0 {
+		cp = []string{o.Arch}
+	}
+	if len(workers) == 0 {
+		workers = []string{o.Arch}
+	}
+	if !o.Workers {
+		workers = nil
+	}
+	for _, a := range append(slices.Clone(cp), workers...) {
+		if !slices.Contains(all, a) {
+			all = append(all, a)
+		}
+	}
+	slices.Sort(all)
+	return cp, workers, all
+}
+
+// imageArch is the architecture an image of the options is for.
+func (o Options) imageArch(im inventory.Image) string {
+	if im.Arch != "" {
+		return im.Arch
+	}
+	return o.Arch
+}
+
+// plan lists the artifacts for the resolved versions, one architecture
+// after the other (sorted): for each, the control-plane binaries and etcd
+// when a control-plane host has it, kubelet, kube-proxy and the worker
+// components and images when a worker has it; within one, archives before
+// the members extracted from them, otherwise sorted by name. An
+// architecture only workers use gets no etcd or apiserver.
 func plan(o Options, k8sTag, etcdTag string) []spec {
-	arch := o.Arch
-	bins := append([]string{}, controlPlaneBinaries...)
-	if o.Workers {
-		bins = append(bins, workerBinaries...)
-	}
-	sort.Strings(bins)
+	cpArches, workerArches, all := o.archesOf()
 	var out []spec
-	for _, b := range bins {
-		u := fmt.Sprintf("%s/release/%s/bin/linux/%s/%s", o.KubernetesMirror, k8sTag, arch, b)
-		out = append(out, spec{Name: b, Version: k8sTag, Arch: arch, URL: u, SumURL: u + ".sha512", SumKind: sumSidecarSHA512,
-			Install: true, Field: "releases.kubernetes"})
+	for _, arch := range all {
+		cp, wk := slices.Contains(cpArches, arch), slices.Contains(workerArches, arch)
+		var bins []string
+		if cp {
+			bins = append(bins, controlPlaneBinaries...)
+		}
+		if wk {
+			bins = append(bins, workerBinaries...)
+		}
+		sort.Strings(bins)
+		for _, b := range bins {
+			u := fmt.Sprintf("%s/release/%s/bin/linux/%s/%s", o.KubernetesMirror, k8sTag, arch, b)
+			out = append(out, spec{Name: b, Version: k8sTag, Arch: arch, URL: u, SumURL: u + ".sha512", SumKind: sumSidecarSHA512,
+				Install: true, Field: "releases.kubernetes"})
+		}
+		if cp {
+			tarName := fmt.Sprintf("etcd-%s-linux-%s.tar.gz", etcdTag, arch)
+			tarURL := fmt.Sprintf("%s/%s/%s", o.EtcdMirror, etcdTag, tarName)
+			out = append(out, spec{Name: tarName, Version: etcdTag, Arch: arch, URL: tarURL,
+				SumURL: fmt.Sprintf("%s/%s/SHA256SUMS", o.EtcdMirror, etcdTag), SumKind: sumSHA256SUMS, Field: "releases.etcd"})
+			top := fmt.Sprintf("etcd-%s-linux-%s", etcdTag, arch)
+			for _, b := range EtcdBinaries {
+				out = append(out, spec{Name: b, Version: etcdTag, Arch: arch, URL: tarURL, SumKind: sumMember,
+					Archive: tarName, Member: path.Join(top, b), Install: true, Field: "releases.etcd"})
+			}
+		}
+		if wk {
+			out = append(out, workerPlan(o, arch)...)
+		}
 	}
-	tarName := fmt.Sprintf("etcd-%s-linux-%s.tar.gz", etcdTag, arch)
-	tarURL := fmt.Sprintf("%s/%s/%s", o.EtcdMirror, etcdTag, tarName)
-	out = append(out, spec{Name: tarName, Version: etcdTag, Arch: arch, URL: tarURL,
-		SumURL: fmt.Sprintf("%s/%s/SHA256SUMS", o.EtcdMirror, etcdTag), SumKind: sumSHA256SUMS, Field: "releases.etcd"})
-	top := fmt.Sprintf("etcd-%s-linux-%s", etcdTag, arch)
-	for _, b := range EtcdBinaries {
-		out = append(out, spec{Name: b, Version: etcdTag, Arch: arch, URL: tarURL, SumKind: sumMember,
-			Archive: tarName, Member: path.Join(top, b), Install: true, Field: "releases.etcd"})
-	}
-	if o.Workers {
-		out = append(out, workerPlan(o)...)
+	for i := range out {
+		out[i].Label = out[i].Name
+		if len(all) > 1 {
+			out[i].Label += " (" + out[i].Arch + ")"
+		}
 	}
 	return out
 }
@@ -96,10 +151,10 @@ func plan(o Options, k8sTag, etcdTag string) []spec {
 //	Traefik     <base>/v3.7.13/traefik_v3.7.13_linux_amd64.tar.gz  + traefik_v3.7.13_checksums.txt (traefik)
 //
 // (Traefik only with the node-local apiserver load balancer) and the
-// inventory's images, verified against their sha256 or the SHA256SUMS
-// beside them.
-func workerPlan(o Options) []spec {
-	arch, w := o.Arch, o.WorkerVersions
+// inventory's images for arch, verified against their sha256 or the
+// SHA256SUMS beside them.
+func workerPlan(o Options, arch string) []spec {
+	w := o.WorkerVersions
 	var out []spec
 	archive := func(field, name, version, base string, sumExt, kind string, members map[string]string, install bool) {
 		u := fmt.Sprintf("%s/%s/%s", base, version, name)
@@ -148,6 +203,9 @@ func workerPlan(o Options) []spec {
 	}
 
 	for _, im := range o.Images {
+		if o.imageArch(im) != arch {
+			continue // for the workers of another architecture
+		}
 		s := spec{Name: ImagePrefix + im.Name, Version: imageTag(im.Name), Arch: arch, URL: im.URL, Image: im.Name, Field: "images"}
 		if im.SHA256 != "" {
 			s.SumKind, s.Sum = sumInline, strings.ToLower(im.SHA256)

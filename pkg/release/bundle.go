@@ -17,10 +17,12 @@ import (
 )
 
 // A bundle is a plain tar for carrying a release set into an air-gapped
-// site: hardway.lock first, then artifacts/<name> for every downloaded file
-// (members are unpacked again from their archive on import). Names are
+// site: hardway.lock first, then artifacts/<arch>/<name> for every
+// downloaded file (members are unpacked again from their archive on
+// import): kube-apiserver for amd64 and for arm64 are two files. Names are
 // path-escaped so an image's "image:registry.k8s.io/pause:3.10.2" stays one
-// entry; the other names escape to themselves.
+// entry; the other names escape to themselves. A bundle of an earlier
+// hardway has artifacts/<name>, of its lock's one arch; it imports as well.
 const bundleDir = "artifacts/"
 
 // WriteBundle writes set's lock and files to path atomically. Entries carry
@@ -57,15 +59,15 @@ func writeBundleTar(w io.Writer, set *Set, lockData []byte) error {
 		if e.Member != "" {
 			continue
 		}
-		a, ok := set.Get(e.Name)
+		a, ok := set.Get(e.Arch, e.Name)
 		if !ok {
-			return fmt.Errorf("bundle: %s is not in the set", e.Name)
+			return fmt.Errorf("bundle: %s (%s) is not in the set", e.Name, e.Arch)
 		}
 		f, err := os.Open(a.Path)
 		if err != nil {
 			return err
 		}
-		err = tw.WriteHeader(hdr(bundleDir+url.PathEscape(a.Name), a.Size))
+		err = tw.WriteHeader(hdr(bundleDir+a.Arch+"/"+url.PathEscape(a.Name), a.Size))
 		if err == nil {
 			_, err = io.Copy(tw, f)
 		}
@@ -112,7 +114,7 @@ func ImportBundle(ctx context.Context, src string, opts Options) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkLockVersions(bl, src, k8sReq, etcdReq, opts.Arch); err != nil {
+	if err := checkLockVersions(bl, src, k8sReq, etcdReq); err != nil {
 		return nil, err
 	}
 	local, err := ReadLock(opts.LockPath)
@@ -123,7 +125,7 @@ func ImportBundle(ctx context.Context, src string, opts Options) (*Set, error) {
 		local = nil
 	}
 	for _, e := range bl.Artifacts {
-		le, ok := local.Entry(e.Name)
+		le, ok := local.Entry(e.Arch, e.Name)
 		if !ok {
 			continue
 		}
@@ -148,12 +150,11 @@ func ImportBundle(ctx context.Context, src string, opts Options) (*Set, error) {
 		if err != nil {
 			return nil, usererr.Errorf(hint, "%s: %w", src, err)
 		}
-		escaped, ok := strings.CutPrefix(hdr.Name, bundleDir)
-		name, err := url.PathUnescape(escaped)
-		e, inLock := bl.Entry(name)
-		if !ok || err != nil || hdr.Typeflag != tar.TypeReg || path.Base(escaped) != escaped || !inLock || e.Member != "" || hdr.Size > maxArchiveBytes {
+		e, ok := bundleEntry(bl, hdr)
+		if !ok {
 			return nil, usererr.Errorf(hint, "%s: unexpected entry %q", src, hdr.Name)
 		}
+		name := e.Name
 		x, err := writeMember(tr, hdr.Size, r.cache.tmpDir())
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", src, name, err)
@@ -166,7 +167,11 @@ func ImportBundle(ctx context.Context, src string, opts Options) (*Set, error) {
 		if _, err := r.cache.commitFile(x.tmp, x.Digests); err != nil {
 			return nil, err
 		}
-		r.prog.Done(name, e.Version+": imported from bundle")
+		label := name
+		if len(bl.Arches) > 1 {
+			label += " (" + e.Arch + ")"
+		}
+		r.prog.Done(label, e.Version+": imported from bundle")
 	}
 	if local == nil {
 		if _, err := WriteLock(opts.LockPath, bl); err != nil {
@@ -181,4 +186,29 @@ func ImportBundle(ctx context.Context, src string, opts Options) (*Set, error) {
 	}
 	set.LockWritten = set.LockWritten || local == nil
 	return set, nil
+}
+
+// bundleEntry is the lock entry a bundle's tar entry holds: one regular
+// file artifacts/<arch>/<name>, or artifacts/<name> (an earlier hardway's,
+// whose lock names the arch), of a downloaded file the bundle's lock pins.
+func bundleEntry(bl *Lock, hdr *tar.Header) (LockEntry, bool) {
+	rest, ok := strings.CutPrefix(hdr.Name, bundleDir)
+	if !ok || hdr.Typeflag != tar.TypeReg || hdr.Size > maxArchiveBytes {
+		return LockEntry{}, false
+	}
+	arch, escaped, withArch := strings.Cut(rest, "/")
+	if !withArch {
+		escaped = rest
+	}
+	name, err := url.PathUnescape(escaped)
+	if err != nil || path.Base(escaped) != escaped {
+		return LockEntry{}, false
+	}
+	var e LockEntry
+	if withArch {
+		e, ok = bl.Entry(arch, name)
+	} else if es := bl.Named(name); len(es) == 1 {
+		e, ok = es[0], true
+	}
+	return e, ok && e.Member == ""
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/hardway/hardway/pkg/platform"
 	"github.com/hardway/hardway/pkg/usererr"
 )
 
@@ -31,7 +32,7 @@ type ImageInfo struct {
 
 // inspectImages fills in Image for every image artifact after checking its
 // verified tarball is a docker-archive that holds the named image for the
-// set's architecture. What a tarball holds follows from its bytes, so the
+// architecture it is listed for. What a tarball holds follows from its bytes, so the
 // answer is kept in the cache's image memo under the tarball's sha256 (the
 // lookup has just verified the bytes are those): a run does not read the
 // layers again (the largest part of a no-op up's own CPU time).
@@ -53,8 +54,11 @@ func inspectImages(c Cache, specs []spec, arts []Artifact) error {
 				"%s (%s): %w", s.Name, s.URL, err)
 		}
 		if info.Arch != s.Arch || info.OS != "linux" {
-			return usererr.Errorf("list the image built for linux/"+s.Arch+", the inventory's arch",
-				"%s (%s): the image is for %s/%s, the workers are linux/%s", s.Name, s.URL, info.OS, info.Arch, s.Arch)
+			hint := "list the image built for linux/" + s.Arch + " (the images entry's arch, else the inventory's)"
+			if info.OS == "linux" && platform.Supported(info.Arch) {
+				hint += ", or set arch: " + info.Arch + " on the images entry if the tarball is meant for the " + info.Arch + " workers"
+			}
+			return usererr.Errorf(hint, "%s (%s): the image is for %s/%s, the workers it is listed for are linux/%s", s.Name, s.URL, info.OS, info.Arch, s.Arch)
 		}
 		arts[i].Image = &info
 	}

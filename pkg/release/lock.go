@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"sort"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/hardway/hardway/pkg/fsutil"
+	"github.com/hardway/hardway/pkg/platform"
 	"github.com/hardway/hardway/pkg/usererr"
 )
 
@@ -24,11 +26,18 @@ const lockHeader = `# hardway.lock: the exact release binaries this cluster is b
 #   hardway fetch --update-lock
 `
 
-// Lock pins versions and the digests of every artifact.
+// Lock pins versions and the digests of every artifact, per architecture.
+//
+// A lock of one architecture names it in Arch, as every lock did before
+// hosts could have their own: such a file reads, and is written, byte for
+// byte as before. A lock of several names them in Arches instead. Either
+// way each entry carries its own arch, and an entry is known by its name
+// and arch together (kube-apiserver for amd64 and for arm64 are two).
 type Lock struct {
 	Kubernetes string      `yaml:"kubernetes" json:"kubernetes"`
 	Etcd       string      `yaml:"etcd" json:"etcd"`
-	Arch       string      `yaml:"arch" json:"arch"`
+	Arch       string      `yaml:"arch,omitempty" json:"arch,omitempty"`
+	Arches     []string    `yaml:"arches,omitempty" json:"arches,omitempty"`
 	Artifacts  []LockEntry `yaml:"artifacts" json:"artifacts"`
 }
 
@@ -44,17 +53,50 @@ type LockEntry struct {
 	SHA512  string `yaml:"sha512" json:"sha512"`
 }
 
-// Entry returns the entry named name.
-func (l *Lock) Entry(name string) (LockEntry, bool) {
+// Entry returns the entry named name for arch.
+func (l *Lock) Entry(arch, name string) (LockEntry, bool) {
 	if l == nil {
 		return LockEntry{}, false
 	}
 	for _, e := range l.Artifacts {
-		if e.Name == name {
+		if e.Name == name && e.Arch == arch {
 			return e, true
 		}
 	}
 	return LockEntry{}, false
+}
+
+// Named returns every entry named name, whatever its arch.
+func (l *Lock) Named(name string) []LockEntry {
+	if l == nil {
+		return nil
+	}
+	var out []LockEntry
+	for _, e := range l.Artifacts {
+		if e.Name == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// setArches names the entries' architectures at the top: Arch when there
+// is one (the format of every lock before per-host architectures), Arches
+// when there are several.
+func (l *Lock) setArches() {
+	var arches []string
+	for _, e := range l.Artifacts {
+		if !slices.Contains(arches, e.Arch) {
+			arches = append(arches, e.Arch)
+		}
+	}
+	slices.Sort(arches)
+	l.Arch, l.Arches = "", nil
+	if len(arches) == 1 {
+		l.Arch = arches[0]
+	} else {
+		l.Arches = arches
+	}
 }
 
 // Marshal is the lock's file content: sorted, so the same set of artifacts
@@ -62,7 +104,16 @@ func (l *Lock) Entry(name string) (LockEntry, bool) {
 func (l *Lock) Marshal() ([]byte, error) {
 	c := *l
 	c.Artifacts = append([]LockEntry{}, l.Artifacts...)
-	sort.Slice(c.Artifacts, func(i, j int) bool { return c.Artifacts[i].Name < c.Artifacts[j].Name })
+	// By arch, then name: one architecture's entries together (adding one
+	// is one block in the diff), and a lock of one architecture sorted by
+	// name as it always was.
+	sort.Slice(c.Artifacts, func(i, j int) bool {
+		a, b := c.Artifacts[i], c.Artifacts[j]
+		if a.Arch != b.Arch {
+			return a.Arch < b.Arch
+		}
+		return a.Name < b.Name
+	})
 	var buf bytes.Buffer
 	buf.WriteString(lockHeader)
 	enc := yaml.NewEncoder(&buf)
@@ -85,13 +136,27 @@ func ParseLock(name string, data []byte) (*Lock, error) {
 		return nil, usererr.Errorf("the lock is generated: restore it from version control, or delete it and run 'hardway fetch' to write a new one",
 			"%s: %w", name, err)
 	}
+	if l.Arch != "" && len(l.Arches) > 0 {
+		return nil, usererr.Errorf("the lock is generated: restore it from version control, or delete it and run 'hardway fetch' to write a new one",
+			"%s: both arch and arches", name)
+	}
 	seen := map[string]bool{}
 	for i, e := range l.Artifacts {
+		if e.Arch == "" {
+			// An entry without its own arch is for the lock's one arch.
+			e.Arch = l.Arch
+			l.Artifacts[i].Arch = l.Arch
+		}
+		key := e.Arch + "/" + e.Name
 		bad := ""
 		switch {
 		case e.Name == "":
 			bad = "no name"
-		case seen[e.Name]:
+		case e.Arch == "":
+			bad = "no arch"
+		case !platform.Supported(e.Arch):
+			bad = fmt.Sprintf("%q is not a supported architecture", e.Arch)
+		case seen[key]:
 			bad = "listed twice"
 		case !isHex(e.SHA256, 32):
 			bad = "sha256 is not 64 hex digits"
@@ -102,7 +167,7 @@ func ParseLock(name string, data []byte) (*Lock, error) {
 			return nil, usererr.Errorf("the lock is generated: restore it from version control, or delete it and run 'hardway fetch' to write a new one",
 				"%s: artifacts[%d] (%s): %s", name, i, e.Name, bad)
 		}
-		seen[e.Name] = true
+		seen[key] = true
 	}
 	return &l, nil
 }

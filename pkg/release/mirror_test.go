@@ -36,6 +36,9 @@ type mirror struct {
 	mu   sync.Mutex
 	hook func(w http.ResponseWriter, r *http.Request) bool
 	hits map[string]int
+	// What addArch lays out for another architecture.
+	k8s  []string
+	etcd string
 }
 
 func fakeBinary(name, ver, arch string, size int) []byte {
@@ -61,10 +64,11 @@ func writeFile(t testing.TB, p string, data []byte) {
 }
 
 // newMirror makes a mirror with Kubernetes versions k8s (stable-X.Y.txt
-// naming the last), etcd version etcdV, all for amd64.
+// naming the last), etcd version etcdV, all for amd64 (addArch adds
+// another architecture).
 func newMirror(t testing.TB, etcdV string, k8s ...string) *mirror {
 	t.Helper()
-	m := &mirror{root: t.TempDir(), hits: map[string]int{}}
+	m := &mirror{root: t.TempDir(), hits: map[string]int{}, k8s: k8s, etcd: etcdV}
 	for _, v := range k8s {
 		m.addKubernetes(t, v, "amd64")
 		writeFile(t, filepath.Join(m.root, "kubernetes", "release", "stable-"+strings.Join(strings.Split(strings.TrimPrefix(v, "v"), ".")[:2], ".")+".txt"), []byte(v+"\n"))
@@ -87,6 +91,42 @@ func newMirror(t testing.TB, etcdV string, k8s ...string) *mirror {
 	}))
 	t.Cleanup(m.srv.Close)
 	return m
+}
+
+// addArch lays out the same releases for another architecture, as the
+// official sites do: the binaries under their own paths, each project's
+// checksum files listing both; and the images built for it as
+// images/<name>-<arch>.tar, listed in the same SHA256SUMS.
+func (m *mirror) addArch(t testing.TB, arch string) {
+	t.Helper()
+	for _, v := range m.k8s {
+		m.addKubernetes(t, v, arch)
+	}
+	m.addEtcd(t, m.etcd, arch, etcdTarball(t, m.etcd, arch, nil))
+	m.addWorkerComponents(t, testWorkers, arch)
+	m.addImage(t, "pause-"+arch+".tar", testImage(t, "registry.k8s.io/pause:3.10.2", arch, "pause"), true)
+	m.addImage(t, "hello-"+arch+".tar", testImage(t, "hardway.local/hello:v1", arch, "hello"), true)
+}
+
+// mergeSum puts "<hex>  <file>" into the checksums file at p, in place of
+// any line for file; decoy leaves a line that is there alone (the decoys
+// stand for the other files an official checksums file lists).
+func mergeSum(t testing.TB, p, hex, file string, decoy bool) {
+	old, _ := os.ReadFile(p)
+	var keep []string
+	for _, l := range strings.Split(strings.TrimSpace(string(old)), "\n") {
+		if l == "" {
+			continue
+		}
+		if strings.HasSuffix(l, "  "+file) {
+			if decoy {
+				return
+			}
+			continue
+		}
+		keep = append(keep, l)
+	}
+	writeFile(t, p, []byte(strings.Join(append(keep, hex+"  "+file), "\n")+"\n"))
 }
 
 func (m *mirror) setHook(h func(w http.ResponseWriter, r *http.Request) bool) {
@@ -172,8 +212,9 @@ func makeTarGz(t testing.TB, entries []tarEntry) []byte {
 func (m *mirror) addEtcd(t testing.TB, ver, arch string, tgz []byte) {
 	name := fmt.Sprintf("etcd-%s-linux-%s.tar.gz", ver, arch)
 	writeFile(t, filepath.Join(m.root, "etcd", ver, name), tgz)
-	writeFile(t, filepath.Join(m.root, "etcd", ver, "SHA256SUMS"),
-		[]byte(fmt.Sprintf("%s  %s\n%s  etcd-%s-linux-other.zip\n", hexSHA256(tgz), name, strings.Repeat("0", 64), ver)))
+	sums := filepath.Join(m.root, "etcd", ver, "SHA256SUMS")
+	mergeSum(t, sums, hexSHA256(tgz), name, false)
+	mergeSum(t, sums, strings.Repeat("0", 64), "etcd-"+ver+"-linux-other.zip", true)
 }
 
 func (m *mirror) httpOpts(t testing.TB, k8s string) Options {
@@ -231,8 +272,9 @@ func (m *mirror) addWorkerComponents(t testing.TB, w inventory.WorkerVersions, a
 
 	rb := fakeBinary("runc", w.Runc, arch, 1800)
 	writeFile(t, filepath.Join(m.root, runc), rb)
-	writeFile(t, filepath.Join(m.root, runcSums), []byte(fmt.Sprintf("%s  runc.tar.xz\n%s  runc.%s\n%s  runc.other\n",
-		strings.Repeat("1", 64), hexSHA256(rb), arch, strings.Repeat("2", 64))))
+	mergeSum(t, filepath.Join(m.root, runcSums), strings.Repeat("1", 64), "runc.tar.xz", true)
+	mergeSum(t, filepath.Join(m.root, runcSums), hexSHA256(rb), "runc."+arch, false)
+	mergeSum(t, filepath.Join(m.root, runcSums), strings.Repeat("2", 64), "runc.other", true)
 
 	pe := []tarEntry{{hdr: tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755}},
 		{hdr: tar.Header{Name: "./LICENSE", Typeflag: tar.TypeReg, Mode: 0o644}, body: []byte("license\n")}}
@@ -253,8 +295,10 @@ func (m *mirror) addWorkerComponents(t testing.TB, w inventory.WorkerVersions, a
 		{hdr: tar.Header{Name: "LICENSE.md", Typeflag: tar.TypeReg, Mode: 0o644}, body: []byte("license\n")},
 		reg("traefik", fakeBinary("traefik", w.Traefik, arch, 1700))})
 	writeFile(t, filepath.Join(m.root, trTar), tr)
-	writeFile(t, filepath.Join(m.root, trSums), []byte(fmt.Sprintf("%s  traefik_%s_linux_arm64.tar.gz\n%s  %s\n%s  traefik_%s_windows_amd64.zip\n",
-		strings.Repeat("3", 64), w.Traefik, hexSHA256(tr), filepath.Base(trTar), strings.Repeat("4", 64), w.Traefik)))
+	sums := filepath.Join(m.root, trSums)
+	mergeSum(t, sums, hexSHA256(tr), filepath.Base(trTar), false)
+	mergeSum(t, sums, strings.Repeat("3", 64), "traefik_"+w.Traefik+"_linux_arm64.tar.gz", true)
+	mergeSum(t, sums, strings.Repeat("4", 64), "traefik_"+w.Traefik+"_windows_amd64.zip", true)
 }
 
 // traefikPaths are Traefik's release tarball and checksums file, relative to
@@ -327,15 +371,16 @@ func imageID(t testing.TB, data []byte) v1.Hash {
 func (m *mirror) addImage(t testing.TB, file string, data []byte, listed bool) {
 	writeFile(t, filepath.Join(m.root, "images", file), data)
 	sums := filepath.Join(m.root, "images", "SHA256SUMS")
+	if listed {
+		mergeSum(t, sums, hexSHA256(data), file, false)
+		return
+	}
 	old, _ := os.ReadFile(sums)
 	var keep []string
 	for _, l := range strings.Split(strings.TrimSpace(string(old)), "\n") {
 		if l != "" && !strings.HasSuffix(l, "  "+file) {
 			keep = append(keep, l)
 		}
-	}
-	if listed {
-		keep = append(keep, hexSHA256(data)+"  "+file)
 	}
 	writeFile(t, sums, []byte(strings.Join(keep, "\n")+"\n"))
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hardway/hardway/internal/mirrortest"
 	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/platform"
 )
 
 // The images hack/mirror/build.sh makes, by the names a worker's containerd
@@ -82,7 +83,7 @@ func TestRealMirror(t *testing.T) {
 		"kube-proxy":              {"--version", "Kubernetes " + mirrortest.Kubernetes},
 		"traefik":                 {"version", "Version:", w.Traefik},
 	} {
-		a, ok := s.Get(n)
+		a, ok := s.Get(arch, n)
 		if !ok {
 			t.Errorf("set has no %s", n)
 			continue
@@ -100,7 +101,7 @@ func TestRealMirror(t *testing.T) {
 		}
 	}
 	for _, p := range CNIPlugins {
-		a, ok := s.Get(CNIPrefix + p)
+		a, ok := s.Get(arch, CNIPrefix+p)
 		if data, _ := os.ReadFile(a.Path); !ok || !bytes.HasPrefix(data, []byte("\x7fELF")) {
 			t.Errorf("%s%s is not an ELF binary", CNIPrefix, p)
 		}
@@ -110,6 +111,9 @@ func TestRealMirror(t *testing.T) {
 			t.Errorf("%s: %+v", a.Name, a.Image)
 		}
 	}
+	// Every binary is an ELF file for the arch, as the push checks: the
+	// architecture table's ELF machines are those of the real builds.
+	checkRealELF(t, s, arch)
 	if len(s.Images()) != len(realImages) {
 		t.Errorf("%d images, want %d", len(s.Images()), len(realImages))
 	}
@@ -124,5 +128,80 @@ func TestRealMirror(t *testing.T) {
 		if a.SHA256 != s.Artifacts[i].SHA256 {
 			t.Errorf("%s: offline gave other bytes", a.Name)
 		}
+	}
+}
+
+// checkRealELF checks every binary of the set (what is installed, and the
+// CNI plugins) against arch with the push's check, and that the check
+// refuses it for every other arch.
+func checkRealELF(t *testing.T, s *Set, arch string) {
+	t.Helper()
+	n := 0
+	for _, a := range s.Artifacts {
+		if plugin := a.Member != "" && strings.HasPrefix(a.Name, CNIPrefix); !a.Install && !plugin {
+			continue // archives and images
+		}
+		n++
+		if err := platform.CheckELF(a.Path, arch); err != nil {
+			t.Errorf("%s (%s): %v", a.Name, a.Arch, err)
+		}
+		for _, other := range platform.Names() {
+			if other != arch && platform.CheckELF(a.Path, other) == nil {
+				t.Errorf("%s (%s) passes for %s too", a.Name, a.Arch, other)
+			}
+		}
+	}
+	if n < 15 {
+		t.Errorf("checked %d binaries", n)
+	}
+}
+
+// TestRealMirrorOtherArch resolves the set of every other architecture the
+// mirror holds (hack/mirror/build.sh with MIRROR_ARCHES="amd64 arm64"):
+// the real cross-built or official binaries, each checked to be an ELF file
+// for that architecture, the images built for it. A mirror of one
+// architecture, the default, skips it.
+func TestRealMirrorOtherArch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads ~500 MB")
+	}
+	root := mirrortest.Dir()
+	w, _ := inventory.DefaultWorkerVersions(nil)
+	for _, arch := range platform.Names() {
+		if arch == runtime.GOARCH {
+			continue
+		}
+		t.Run(arch, func(t *testing.T) {
+			probe := filepath.Join(root, "kubernetes/release", mirrortest.Kubernetes, "bin/linux", arch, "kubelet.sha512")
+			if _, err := os.Stat(probe); err != nil {
+				t.Skip("the release mirror has no " + arch + " build: MIRROR_ARCHES=\"" + runtime.GOARCH + " " + arch + "\" bash hack/mirror/build.sh")
+			}
+			u := "file://" + root
+			dir := t.TempDir()
+			o := Options{
+				Kubernetes: mirrortest.Kubernetes, Etcd: mirrortest.Etcd, Arch: arch, Workers: true, APIServerLB: true,
+				KubernetesMirror: u + "/kubernetes", EtcdMirror: u + "/etcd",
+				ContainerdMirror: u + "/containerd", RuncMirror: u + "/runc", CNIPluginsMirror: u + "/cni-plugins", CrictlMirror: u + "/crictl",
+				TraefikMirror: u + "/traefik",
+				LockPath:      filepath.Join(dir, LockFileName), CacheDir: filepath.Join(dir, "cache"),
+			}
+			for n, f := range realImages {
+				// build.sh names another architecture's images <name>-<arch>.tar
+				o.Images = append(o.Images, inventory.Image{Name: n, URL: u + "/images/" + strings.TrimSuffix(f, ".tar") + "-" + arch + ".tar"})
+			}
+			s, err := Resolve(ctx, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *s.Workers != w {
+				t.Errorf("worker versions %+v", *s.Workers)
+			}
+			checkRealELF(t, s, arch)
+			for _, a := range s.Images() {
+				if a.Image.Arch != arch {
+					t.Errorf("%s: %+v", a.Name, a.Image)
+				}
+			}
+		})
 	}
 }

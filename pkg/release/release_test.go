@@ -85,15 +85,15 @@ func TestResolveGoodPath(t *testing.T) {
 			if !s.LockWritten || s.Kubernetes != "v1.36.3" {
 				t.Errorf("first resolve: lock written %v, kubernetes %s", s.LockWritten, s.Kubernetes)
 			}
-			etcd, _ := s.Get("etcd")
+			etcd, _ := s.Get("amd64", "etcd")
 			if data, _ := os.ReadFile(etcd.Path); !strings.HasPrefix(string(data), "#!fake etcd v3.6.16") || !etcd.Install {
 				t.Errorf("etcd not unpacked from the tarball: %q", data[:20])
 			}
-			api, _ := s.Get("kube-apiserver")
+			api, _ := s.Get("amd64", "kube-apiserver")
 			if want := m.srv.URL + "/kubernetes/release/v1.36.3/bin/linux/amd64/kube-apiserver"; tc.name != "file" && api.URL != want {
 				t.Errorf("URL %s, want %s", api.URL, want)
 			}
-			if tar, _ := s.Get("etcd-v3.6.16-linux-amd64.tar.gz"); tar.Install {
+			if tar, _ := s.Get("amd64", "etcd-v3.6.16-linux-amd64.tar.gz"); tar.Install {
 				t.Error("the tarball is marked for install")
 			}
 			// A member knows its archive (a host fetching etcd downloads it).
@@ -123,7 +123,7 @@ func TestResolveGoodPath(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e, ok := l.Entry("etcdctl"); !ok || e.Member != "etcd-v3.6.16-linux-amd64/etcdctl" || e.SHA256 == "" {
+			if e, ok := l.Entry("amd64", "etcdctl"); !ok || e.Member != "etcd-v3.6.16-linux-amd64/etcdctl" || e.SHA256 == "" {
 				t.Errorf("lock entry for etcdctl: %+v", e)
 			}
 		})
@@ -151,7 +151,7 @@ func TestMinorPinnedByLock(t *testing.T) {
 		t.Fatalf("--update-lock: %+v, %v", s, err)
 	}
 	l, _ := ReadLock(o.LockPath)
-	if e, _ := l.Entry("kubectl"); e.Version != "v1.36.4" || !strings.Contains(e.URL, "/v1.36.4/") {
+	if e, _ := l.Entry("amd64", "kubectl"); e.Version != "v1.36.4" || !strings.Contains(e.URL, "/v1.36.4/") {
 		t.Errorf("lock after update: %+v", e)
 	}
 }
@@ -435,7 +435,7 @@ func TestCorruptedCacheRefetched(t *testing.T) {
 	// Rot in place with the mtime put back: the ctime moved, so the memo
 	// does not vouch for the blob, and it is hashed and found out.
 	for _, n := range []string{"kubectl", "etcdctl"} {
-		a, _ := s.Get(n)
+		a, _ := s.Get("amd64", n)
 		fi, _ := os.Stat(a.Path)
 		data, _ := os.ReadFile(a.Path)
 		data[5] ^= 0xff
@@ -448,7 +448,7 @@ func TestCorruptedCacheRefetched(t *testing.T) {
 	}
 	checkSet(t, s)
 	for n, want := range map[string]string{"kubectl": "download", "etcdctl": "extract", "kube-apiserver": "cache"} {
-		if a, _ := s.Get(n); a.Source != want {
+		if a, _ := s.Get("amd64", n); a.Source != want {
 			t.Errorf("%s: source %s, want %s", n, a.Source, want)
 		}
 	}

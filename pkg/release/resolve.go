@@ -25,10 +25,17 @@ import (
 type Options struct {
 	Kubernetes       string // as written in the inventory: "v1.36.3" or a minor "1.36"
 	Etcd             string // "v3.6.16"
-	Arch             string // amd64 or arm64
+	Arch             string // amd64 or arm64: the inventory's, of the hosts and images that name none
 	KubernetesMirror string // base URL: <base>/release/vX.Y.Z/bin/linux/<arch>/<bin>
 	EtcdMirror       string // base URL: <base>/vX.Y.Z/etcd-vX.Y.Z-linux-<arch>.tar.gz
 	Workers          bool   // also kubelet, kube-proxy, the worker components and the images
+
+	// The architectures the control-plane hosts and the workers use (empty:
+	// Arch alone): the set holds the control-plane binaries and etcd for
+	// each of the first, the worker binaries and images for each of the
+	// second.
+	ControlPlaneArches []string
+	WorkerArches       []string
 
 	// Worker components (with Workers): versions, and base URLs laid out like
 	// their official GitHub release downloads. Empty versions take the
@@ -60,7 +67,7 @@ type Options struct {
 
 // OptionsFor fills Options from an inventory.
 func OptionsFor(inv *inventory.Inventory) Options {
-	return Options{
+	o := Options{
 		Kubernetes:       inv.KubernetesVersion,
 		Etcd:             inv.EtcdVersion,
 		Arch:             inv.Arch,
@@ -77,6 +84,8 @@ func OptionsFor(inv *inventory.Inventory) Options {
 		APIServerLB:      inv.NodeLocalLB(),
 		TraefikMirror:    inv.Releases.Traefik,
 	}
+	o.ControlPlaneArches, o.WorkerArches = inv.ArchesOf(inv.ControlPlane), inv.ArchesOf(inv.Workers)
+	return o
 }
 
 // Set is the result: every artifact verified and in the cache.
@@ -84,7 +93,8 @@ type Set struct {
 	Kubernetes  string                    `json:"kubernetes"`
 	Etcd        string                    `json:"etcd"`
 	Workers     *inventory.WorkerVersions `json:"workers,omitempty"` // set when the inventory has workers
-	Arch        string                    `json:"arch"`
+	Arch        string                    `json:"arch"`              // the inventory's arch
+	Arches      []string                  `json:"arches"`            // every arch the artifacts are for, sorted
 	LockPath    string                    `json:"lockPath"`
 	LockWritten bool                      `json:"lockWritten"`
 	CacheDir    string                    `json:"cacheDir"`
@@ -110,17 +120,19 @@ type Artifact struct {
 	Image *ImageInfo `json:"image,omitempty"`
 }
 
-// Get returns the artifact named name.
-func (s *Set) Get(name string) (Artifact, bool) {
+// Get returns the artifact named name for arch: a host gets the one of
+// its own architecture.
+func (s *Set) Get(arch, name string) (Artifact, bool) {
 	for _, a := range s.Artifacts {
-		if a.Name == name {
+		if a.Name == name && a.Arch == arch {
 			return a, true
 		}
 	}
 	return Artifact{}, false
 }
 
-// Images are the "image:<name>" artifacts, in the inventory's order.
+// Images are the "image:<name>" artifacts, by arch, each arch's in the
+// inventory's order.
 func (s *Set) Images() []Artifact {
 	var out []Artifact
 	for _, a := range s.Artifacts {
@@ -205,7 +217,7 @@ func (r *resolver) resolve(ctx context.Context) (*Set, error) {
 	}
 	var k8sTag string
 	if r.lock != nil {
-		if err := checkLockVersions(r.lock, o.LockPath, k8sReq, etcdReq, o.Arch); err != nil {
+		if err := checkLockVersions(r.lock, o.LockPath, k8sReq, etcdReq); err != nil {
 			return nil, err
 		}
 		k8sTag = r.lock.Kubernetes
@@ -251,7 +263,8 @@ func (r *resolver) resolve(ctx context.Context) (*Set, error) {
 		return nil, err
 	}
 
-	set := &Set{Kubernetes: k8sTag, Etcd: etcdTag, Arch: o.Arch, LockPath: o.LockPath, CacheDir: o.CacheDir, Artifacts: arts}
+	_, _, arches := o.archesOf()
+	set := &Set{Kubernetes: k8sTag, Etcd: etcdTag, Arch: o.Arch, Arches: arches, LockPath: o.LockPath, CacheDir: o.CacheDir, Artifacts: arts}
 	if o.Workers {
 		w := o.WorkerVersions
 		if !o.APIServerLB {
@@ -259,16 +272,20 @@ func (r *resolver) resolve(ctx context.Context) (*Set, error) {
 		}
 		set.Workers = &w
 	}
-	set.Lock = &Lock{Kubernetes: k8sTag, Etcd: etcdTag, Arch: o.Arch}
+	// The lock is what this set holds: an architecture new to the
+	// inventory is pinned now, on its first resolve, as a first worker's
+	// components are; one no host uses any more leaves it.
+	set.Lock = &Lock{Kubernetes: k8sTag, Etcd: etcdTag}
 	for _, a := range arts {
 		e := a.lockEntry()
 		// The lock keeps the URL the bytes first came from: a mirror that
 		// serves the same bytes elsewhere changes nothing worth a diff.
-		if old, ok := r.lock.Entry(a.Name); ok {
+		if old, ok := r.lock.Entry(a.Arch, a.Name); ok {
 			e.URL = old.URL
 		}
 		set.Lock.Artifacts = append(set.Lock.Artifacts, e)
 	}
+	set.Lock.setArches()
 	if o.NoLockWrite {
 		return set, nil
 	}
@@ -280,7 +297,10 @@ func (r *resolver) resolve(ctx context.Context) (*Set, error) {
 
 // checkLockVersions refuses to use a lock pinned to other versions than
 // the inventory asks for: moving is done on purpose, with --update-lock.
-func checkLockVersions(l *Lock, lockPath string, k8s, etcd Requested, arch string) error {
+// Architectures are not compared here: each entry is pinned per arch, and
+// one the lock lacks is pinned on its first resolve (checkLockEntries
+// compares the entries it has).
+func checkLockVersions(l *Lock, lockPath string, k8s, etcd Requested) error {
 	hint := "to move to what the inventory says, run 'hardway fetch --update-lock' and commit " + usererr.Quote(lockPath) +
 		"; to stay, set the inventory back to what the lock pins"
 	lk, err := version.NewSemver(strings.TrimPrefix(l.Kubernetes, "v"))
@@ -297,9 +317,6 @@ func checkLockVersions(l *Lock, lockPath string, k8s, etcd Requested, arch strin
 	if !etcd.Satisfies(le) {
 		return usererr.Errorf(hint, "the inventory asks for etcd %s but %s pins %s", etcd.Raw, lockPath, l.Etcd)
 	}
-	if l.Arch != arch {
-		return usererr.Errorf(hint, "the inventory asks for arch %s but %s pins %s", arch, lockPath, l.Arch)
-	}
 	return nil
 }
 
@@ -314,7 +331,7 @@ func (r *resolver) fromCache(specs []spec, arts []Artifact) error {
 		if s.SumKind == sumMember {
 			continue // extracted from the archive if absent
 		}
-		e, ok := r.lock.Entry(s.Name)
+		e, ok := r.lock.Entry(s.Arch, s.Name)
 		if !ok {
 			missing = append(missing, fmt.Sprintf("%s %s %s: not in %s", s.Name, s.Version, s.Arch, r.opts.LockPath))
 			continue
@@ -331,7 +348,7 @@ func (r *resolver) fromCache(specs []spec, arts []Artifact) error {
 			return mismatchError(r.opts.LockPath, s.Name, p, "sha512", e.SHA512, d.SHA512)
 		default:
 			arts[i] = artifactOf(s, d, p, "cache")
-			r.prog.Done(s.Name, s.Version+": cached")
+			r.prog.Done(s.Label, s.Version+": cached")
 		}
 	}
 	if len(missing) > 0 {
@@ -380,14 +397,14 @@ func (r *resolver) workerVersions(k8sTag string) error {
 // another image under the same name, before anything is downloaded.
 func checkLockEntries(l *Lock, lockPath string, specs []spec) error {
 	for _, s := range specs {
-		e, ok := l.Entry(s.Name)
+		e, ok := l.Entry(s.Arch, s.Name)
 		if !ok {
 			continue
 		}
 		hint := "to move to what the inventory says, run 'hardway fetch --update-lock' and commit " + usererr.Quote(lockPath) +
 			"; to stay, set the inventory back to what the lock pins"
 		if e.Version != s.Version {
-			return usererr.Errorf(hint, "the inventory asks for %s %s but %s pins %s", s.Name, s.Version, lockPath, e.Version)
+			return usererr.Errorf(hint, "the inventory asks for %s %s but %s pins %s", s.Label, s.Version, lockPath, e.Version)
 		}
 		if s.SumKind == sumInline && e.SHA256 != s.Sum {
 			return mismatchError(lockPath, s.Name, "the inventory's images entry", "sha256", e.SHA256, s.Sum)
@@ -427,7 +444,7 @@ func (r *resolver) download(ctx context.Context, specs []spec, arts []Artifact) 
 // obtain gets one artifact: its published digest first (required), then
 // the cache if the mirror's file has not changed since, else a download.
 func (r *resolver) obtain(ctx context.Context, s spec, sums *sumFiles) (Artifact, error) {
-	entry, locked := r.lock.Entry(s.Name)
+	entry, locked := r.lock.Entry(s.Arch, s.Name)
 	pub, err := sums.published(ctx, s)
 	if err != nil {
 		return Artifact{}, err
@@ -496,7 +513,7 @@ func (r *resolver) obtain(ctx context.Context, s spec, sums *sumFiles) (Artifact
 	}
 	if a, ok, err := cached(); err != nil || ok {
 		if ok {
-			r.prog.Done(s.Name, s.Version+": cached")
+			r.prog.Done(s.Label, s.Version+": cached")
 		}
 		return a, err
 	}
@@ -509,7 +526,7 @@ func (r *resolver) obtain(ctx context.Context, s spec, sums *sumFiles) (Artifact
 	// Another process may have finished it while this one waited.
 	if a, ok, err := cached(); err != nil || ok {
 		if ok {
-			r.prog.Done(s.Name, s.Version+": cached")
+			r.prog.Done(s.Label, s.Version+": cached")
 		}
 		return a, err
 	}
@@ -519,7 +536,7 @@ func (r *resolver) obtain(ctx context.Context, s spec, sums *sumFiles) (Artifact
 			return Artifact{}, fmt.Errorf("%s: %w", s.Name, err)
 		}
 		resumed := p.resumed
-		err = r.f.Download(ctx, s.URL, p, func(have, total int64) { r.prog.Update(s.Name, have, total) })
+		err = r.f.Download(ctx, s.URL, p, func(have, total int64) { r.prog.Update(s.Label, have, total) })
 		if err != nil {
 			p.close() // keep what arrived: the next run resumes from it
 			if IsNotFound(err) {
@@ -543,7 +560,7 @@ func (r *resolver) obtain(ctx context.Context, s spec, sums *sumFiles) (Artifact
 		if err := r.cache.writeSource(source{URL: s.URL, Fingerprint: fingerprint, Digests: d}); err != nil {
 			return Artifact{}, fmt.Errorf("%s: %w", s.Name, err)
 		}
-		r.prog.Done(s.Name, fmt.Sprintf("%s: downloaded and verified (%s)", s.Version, humanSize(d.Size)))
+		r.prog.Done(s.Label, fmt.Sprintf("%s: downloaded and verified (%s)", s.Version, humanSize(d.Size)))
 		return artifactOf(s, d, bp, "download"), nil
 	}
 }
@@ -553,13 +570,14 @@ func (r *resolver) extract(specs []spec, arts []Artifact) error {
 	archives := map[string]Artifact{}
 	for _, a := range arts {
 		if a.Name != "" && a.Member == "" {
-			archives[a.Name] = a
+			archives[key(a.Arch, a.Name)] = a
 		}
 	}
-	byArchive := map[string][]int{}
+	byArchive := map[string][]int{} // by key(arch, archive)
 	for i, s := range specs {
 		if s.SumKind == sumMember {
-			byArchive[s.Archive] = append(byArchive[s.Archive], i)
+			k := key(s.Arch, s.Archive)
+			byArchive[k] = append(byArchive[k], i)
 		}
 	}
 	names := make([]string, 0, len(byArchive))
@@ -567,12 +585,13 @@ func (r *resolver) extract(specs []spec, arts []Artifact) error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, an := range names {
-		idx := byArchive[an]
+	for _, ak := range names {
+		idx := byArchive[ak]
+		an := specs[idx[0]].Archive
 		need := false
 		for _, i := range idx {
 			s := specs[i]
-			e, ok := r.lock.Entry(s.Name)
+			e, ok := r.lock.Entry(s.Arch, s.Name)
 			if !ok {
 				need = true
 				continue
@@ -590,7 +609,7 @@ func (r *resolver) extract(specs []spec, arts []Artifact) error {
 		if !need {
 			continue
 		}
-		ar, ok := archives[an]
+		ar, ok := archives[ak]
 		if !ok {
 			return fmt.Errorf("release: %s not obtained", an)
 		}
@@ -606,7 +625,7 @@ func (r *resolver) extract(specs []spec, arts []Artifact) error {
 		for _, i := range idx {
 			s := specs[i]
 			x := got[s.Member]
-			if e, ok := r.lock.Entry(s.Name); ok && firstErr == nil {
+			if e, ok := r.lock.Entry(s.Arch, s.Name); ok && firstErr == nil {
 				if x.SHA256 != e.SHA256 {
 					firstErr = mismatchError(r.opts.LockPath, s.Name, an+":"+s.Member, "sha256", e.SHA256, x.SHA256)
 				} else if x.SHA512 != e.SHA512 {
@@ -628,7 +647,7 @@ func (r *resolver) extract(specs []spec, arts []Artifact) error {
 				return fmt.Errorf("%s: %w", s.Name, err)
 			}
 			arts[i] = artifactOf(s, x.Digests, p, "extract")
-			r.prog.Done(s.Name, fmt.Sprintf("%s: unpacked from %s (%s)", s.Version, an, humanSize(x.Size)))
+			r.prog.Done(s.Label, fmt.Sprintf("%s: unpacked from %s (%s)", s.Version, an, humanSize(x.Size)))
 		}
 	}
 	return nil

@@ -14,7 +14,7 @@ func TestTraefikArtifact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, ok := s.Get(TraefikBinary)
+	a, ok := s.Get("amd64", TraefikBinary)
 	if !ok {
 		t.Fatal("set has no traefik")
 	}
@@ -25,11 +25,11 @@ func TestTraefikArtifact(t *testing.T) {
 	if !a.Install || a.Member != "traefik" || a.Version != "v3.7.13" || a.URL != m.srv.URL+"/"+tarball {
 		t.Errorf("traefik artifact %+v", a)
 	}
-	if _, ok := s.Get("LICENSE.md"); ok {
+	if _, ok := s.Get("amd64", "LICENSE.md"); ok {
 		t.Error("LICENSE.md taken out of the tarball")
 	}
 	l, _ := ReadLock(o.LockPath)
-	if e, ok := l.Entry(filepath.Base(tarball)); !ok || e.Version != "v3.7.13" || e.SHA256 == "" {
+	if e, ok := l.Entry("amd64", filepath.Base(tarball)); !ok || e.Version != "v3.7.13" || e.SHA256 == "" {
 		t.Errorf("lock entry for the tarball: %+v", e)
 	}
 
@@ -40,7 +40,7 @@ func TestTraefikArtifact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := s.Get(TraefikBinary); ok || s.Workers.Traefik != "" {
+	if _, ok := s.Get("amd64", TraefikBinary); ok || s.Workers.Traefik != "" {
 		t.Errorf("traefik fetched without the load balancer (workers %+v)", s.Workers)
 	}
 }

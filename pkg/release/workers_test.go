@@ -37,7 +37,7 @@ func TestWorkerArtifacts(t *testing.T) {
 		"cni-bridge": "#!fake bridge v1.10.0", "cni-host-local": "#!fake host-local v1.10.0",
 		"cni-loopback": "#!fake loopback v1.10.0", "cni-portmap": "#!fake portmap v1.10.0",
 	} {
-		a, ok := s.Get(n)
+		a, ok := s.Get("amd64", n)
 		if !ok {
 			t.Errorf("set has no %s", n)
 			continue
@@ -49,10 +49,10 @@ func TestWorkerArtifacts(t *testing.T) {
 			t.Errorf("%s: install %v, want %v", n, a.Install, wantInstall)
 		}
 	}
-	if _, ok := s.Get("containerd-stress"); ok {
+	if _, ok := s.Get("amd64", "containerd-stress"); ok {
 		t.Error("containerd-stress taken out of the tarball")
 	}
-	if a, _ := s.Get("runc"); a.URL != m.srv.URL+"/runc/v1.5.3/runc.amd64" {
+	if a, _ := s.Get("amd64", "runc"); a.URL != m.srv.URL+"/runc/v1.5.3/runc.amd64" {
 		t.Errorf("runc URL %s", a.URL)
 	}
 	imgs := s.Images()
@@ -69,10 +69,10 @@ func TestWorkerArtifacts(t *testing.T) {
 		}
 	}
 	l, _ := ReadLock(o.LockPath)
-	if e, ok := l.Entry("cni-portmap"); !ok || e.Member != "portmap" || e.Version != "v1.10.0" {
+	if e, ok := l.Entry("amd64", "cni-portmap"); !ok || e.Member != "portmap" || e.Version != "v1.10.0" {
 		t.Errorf("lock entry for cni-portmap: %+v", e)
 	}
-	if e, ok := l.Entry("image:registry.k8s.io/pause:3.10.2"); !ok || e.SHA256 != m.imageSHA256(t, "pause.tar") || e.Version != "3.10.2" {
+	if e, ok := l.Entry("amd64", "image:registry.k8s.io/pause:3.10.2"); !ok || e.SHA256 != m.imageSHA256(t, "pause.tar") || e.Version != "3.10.2" {
 		t.Errorf("lock entry for pause: %+v", e)
 	}
 
@@ -156,7 +156,7 @@ func TestWorkerChecksums(t *testing.T) {
 		}, []string{"image:registry.k8s.io/pause:3.10.2", "holds registry.k8s.io/pause:3.9, not registry.k8s.io/pause:3.10.2"}},
 		{"image for another arch", func(t *testing.T, m *mirror, o *Options) {
 			m.addImage(t, "pause.tar", testImage(t, "registry.k8s.io/pause:3.10.2", "arm64", "pause"), true)
-		}, []string{"image:registry.k8s.io/pause:3.10.2", "linux/arm64", "workers are linux/amd64"}},
+		}, []string{"image:registry.k8s.io/pause:3.10.2", "linux/arm64", "workers it is listed for are linux/amd64", "set arch: arm64 on the images entry"}},
 		{"CNI tarball with a link", func(t *testing.T, m *mirror, o *Options) {
 			tgz := makeTarGz(t, []tarEntry{{hdr: tarHdr("./bridge"), body: []byte("b")},
 				{hdr: tar.Header{Name: "./host-local", Typeflag: tar.TypeSymlink, Linkname: "/usr/bin/sh"}}})
@@ -278,14 +278,14 @@ func TestWorkerOfflineAndBundle(t *testing.T) {
 		if !slices.Equal(names(got), names(s)) {
 			t.Errorf("offline set %v, want %v", names(got), names(s))
 		}
-		if a, _ := got.Get("image:hardway.local/hello:v1"); a.Image == nil || a.Source != "cache" {
+		if a, _ := got.Get("amd64", "image:hardway.local/hello:v1"); a.Image == nil || a.Source != "cache" {
 			t.Errorf("offline image: %+v", a)
 		}
 	})
 	t.Run("offline, image not cached", func(t *testing.T) {
 		o := o
 		o.Offline = true
-		pause, _ := s.Get("image:registry.k8s.io/pause:3.10.2")
+		pause, _ := s.Get("amd64", "image:registry.k8s.io/pause:3.10.2")
 		os.Remove(pause.Path)
 		_, err := Resolve(ctx, o)
 		wantErr(t, err, "1 artifact(s) missing", "image:registry.k8s.io/pause:3.10.2 3.10.2 amd64 (sha256 "+pause.SHA256+"): not in the cache")
@@ -305,7 +305,7 @@ func TestWorkerOfflineAndBundle(t *testing.T) {
 				t.Errorf("%s: other bytes after the round trip", a.Name)
 			}
 		}
-		if a, _ := got.Get("image:registry.k8s.io/pause:3.10.2"); a.Image == nil || a.Image.ID == "" {
+		if a, _ := got.Get("amd64", "image:registry.k8s.io/pause:3.10.2"); a.Image == nil || a.Image.ID == "" {
 			t.Errorf("imported image without info: %+v", a)
 		}
 		l1, _ := os.ReadFile(o.LockPath)
@@ -325,7 +325,7 @@ func TestWorkerOfflineAndBundle(t *testing.T) {
 			}
 			got = append(got, h.Name)
 		}
-		if !slices.Contains(got, "artifacts/image:registry.k8s.io%2Fpause:3.10.2") || !slices.Contains(got, "artifacts/runc") {
+		if !slices.Contains(got, "artifacts/amd64/image:registry.k8s.io%2Fpause:3.10.2") || !slices.Contains(got, "artifacts/amd64/runc") {
 			t.Errorf("bundle entries %v", got)
 		}
 	})
@@ -354,7 +354,7 @@ func TestImageMemo(t *testing.T) {
 	}
 	// The memo answers: a line naming another ID for pause's tarball is
 	// what the next run reports (nothing reads the tarball again).
-	pause, _ := s.Get("image:registry.k8s.io/pause:3.10.2")
+	pause, _ := s.Get("amd64", "image:registry.k8s.io/pause:3.10.2")
 	fake := "sha256:" + strings.Repeat("ab", 32)
 	lines := strings.Replace(string(b), pause.Image.ID, fake, 1)
 	if err := os.WriteFile(memo, []byte(lines), 0o600); err != nil {
@@ -364,7 +364,7 @@ func TestImageMemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := s2.Get("image:registry.k8s.io/pause:3.10.2"); p.Image.ID != fake {
+	if p, _ := s2.Get("amd64", "image:registry.k8s.io/pause:3.10.2"); p.Image.ID != fake {
 		t.Errorf("second run inspected the tarball again: %s", p.Image.ID)
 	}
 	// A damaged memo costs an inspection, never a wrong answer from junk.
@@ -375,7 +375,7 @@ func TestImageMemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := s3.Get("image:registry.k8s.io/pause:3.10.2"); p.Image.ID != pause.Image.ID {
+	if p, _ := s3.Get("amd64", "image:registry.k8s.io/pause:3.10.2"); p.Image.ID != pause.Image.ID {
 		t.Errorf("after a damaged memo: %s, want %s", p.Image.ID, pause.Image.ID)
 	}
 }

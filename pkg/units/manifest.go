@@ -19,7 +19,7 @@ const (
 	SourcePublicKey        SourceKind = "public-key"        // <state>/pki/<Name>.pub (service-account)
 	SourceKubeconfig       SourceKind = "kubeconfig"        // state.Dir.Kubeconfig(Name)
 	SourceEncryptionConfig SourceKind = "encryption-config" // state.Dir.EncryptionConfig()
-	SourceBinary           SourceKind = "binary"            // a release binary by name; pkg/release knows where it is cached
+	SourceBinary           SourceKind = "binary"            // a release binary by name, for the manifest's Arch; pkg/release knows where it is cached
 )
 
 // Source names a local file to copy to the host.
@@ -82,6 +82,9 @@ type Dir struct {
 type Manifest struct {
 	Host string
 	Role Role // ControlPlane or Worker
+	// Arch is the host's architecture (amd64, arm64): its SourceBinary
+	// files are the release set's artifacts for it, and no others.
+	Arch string
 	// Components are the services the host runs, in start order: what
 	// 'hardway up' starts and verify checks there.
 	Components []string
@@ -125,7 +128,7 @@ func Restarts(changed []File) []string {
 // and file with mode, owner, restarted services and origin.
 func (m *Manifest) Text() []byte {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Files hardway pushes to %s. \"rendered\" files are in this tree;\n", m.Host)
+	fmt.Fprintf(&b, "# Files hardway pushes to %s (linux/%s). \"rendered\" files are in this tree;\n", m.Host, m.Arch)
 	b.WriteString("# the others are copied from the state directory or the release cache.\n")
 	for _, d := range m.Dirs {
 		fmt.Fprintf(&b, "%s/ %04o %s\n", d.Path, d.Mode.Perm(), d.Owner)

@@ -178,7 +178,7 @@ func renderAdmissionConfig(r *renderer, _ inventory.Host) ([]byte, []Setting, er
 
 // host renders the manifest of host h, which runs the components of role.
 func (r *renderer) host(h inventory.Host, role Role) (Manifest, error) {
-	m := Manifest{Host: h.Name, Role: role, Flags: map[string][]Flag{}, Settings: map[string][]Setting{}, Versions: map[string]string{}}
+	m := Manifest{Host: h.Name, Role: role, Arch: r.inv.HostArch(h), Flags: map[string][]Flag{}, Settings: map[string][]Setting{}, Versions: map[string]string{}}
 	files := map[string]*File{}
 	add := func(f File) error {
 		old, ok := files[f.Path]
@@ -320,10 +320,11 @@ func (r *renderer) copied(c Component, h inventory.Host) []File {
 	}
 	if c.Name == Containerd {
 		// Image tarballs for hosts that cannot pull; a later step imports
-		// them (nothing restarts). The release set knows them as image:<name>.
-		for _, name := range r.images() {
-			out = append(out, File{Path: ImagePath(name), Mode: ModePublic, Owner: Owner,
-				Source: &Source{Kind: SourceBinary, Name: "image:" + name}})
+		// them (nothing restarts). The release set knows them as image:<name>,
+		// one per architecture: a worker gets those listed for its own.
+		for _, im := range r.inv.ImagesFor(r.inv.HostArch(h)) {
+			out = append(out, File{Path: ImagePath(im.Name), Mode: ModePublic, Owner: Owner,
+				Source: &Source{Kind: SourceBinary, Name: "image:" + im.Name}})
 		}
 	}
 	return out

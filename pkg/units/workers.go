@@ -555,7 +555,9 @@ func renderBridgeConflist(r *renderer, h inventory.Host) ([]byte, []Setting, err
 
 func bridgeOnly(b Binary) Binary { b.bridgeOnly = true; return b }
 
-// images are the names of the inventory's image tarballs.
+// images are the names of the inventory's image tarballs, of every
+// architecture: the sandbox image is known by its name, whichever tarball a
+// worker imported it from.
 func (r *renderer) images() []string {
 	var out []string
 	for _, im := range r.inv.Images {

@@ -279,6 +279,46 @@ func TestImages(t *testing.T) {
 	}
 }
 
+// In a mixed cluster each manifest names its host's architecture, and a
+// worker gets only the image tarballs listed for it; the sandbox image is
+// the same name on both.
+func TestImagesPerArch(t *testing.T) {
+	inv := workerInventory(t, "1.36", "", false)
+	inv.Workers[1].Arch = "arm64"
+	inv.Images = []inventory.Image{
+		{Name: "registry.k8s.io/pause:3.10"},
+		{Name: "registry.k8s.io/pause:3.10", Arch: "arm64"},
+		{Name: "hardway.local/hello:v1"},
+	}
+	ms, err := render(t, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		want := "amd64"
+		if m.Host == "worker-2" {
+			want = "arm64"
+		}
+		if m.Arch != want {
+			t.Errorf("%s: arch %q, want %s", m.Host, m.Arch, want)
+		}
+		if !bytes.HasPrefix(m.Text(), []byte("# Files hardway pushes to "+m.Host+" (linux/"+want+").")) {
+			t.Errorf("%s: manifest text %q", m.Host, m.Text()[:80])
+		}
+		if m.Role != Worker {
+			continue
+		}
+		_, pause := m.File(ImagePath("registry.k8s.io/pause:3.10"))
+		_, hello := m.File(ImagePath("hardway.local/hello:v1"))
+		if !pause || hello != (want == "amd64") {
+			t.Errorf("%s (%s): pause %v, hello %v", m.Host, want, pause, hello)
+		}
+		if c, ok := m.File(ContainerdConfig); !ok || !bytes.Contains(c.Content, []byte(`sandbox = "registry.k8s.io/pause:3.10"`+"\n")) {
+			t.Errorf("%s: sandbox image", m.Host)
+		}
+	}
+}
+
 // A sole worker has no route to add but pods whose egress is masqueraded:
 // it still gets the unit, with the rule only.
 func TestSoleWorkerGetsEgressRule(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -145,7 +146,7 @@ func (e *workersEnv) hostFetchScenarios(t *testing.T) {
 		for role, names := range hosts {
 			for _, h := range names {
 				for _, f := range fetchedFiles[role] {
-					entry, ok := lock.Entry(f.artifact)
+					entry, ok := lock.Entry(runtime.GOARCH, f.artifact) // the lab's hosts are this machine's arch
 					out, err := e.ssh(h, "sha256sum "+f.path+" && stat -c %a "+f.path)
 					mode := map[bool]string{true: "\n755\n", false: "\n644\n"}[strings.HasPrefix(f.path, "/usr/local/bin/")]
 					if !ok || err != nil || !strings.HasPrefix(out, entry.SHA256+" ") || !strings.HasSuffix(out, mode) {

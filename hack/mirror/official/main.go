@@ -18,6 +18,13 @@
 //
 // copies MEMBERs of a tarball already taken and verified (kubernetes-test's
 // kubernetes/test/bin/e2e.test and ginkgo) into DIR under their base names.
+//
+//	official -elf ARCH FILE...
+//	official -uname ARCH
+//
+// check that each FILE is an ELF binary built for ARCH (amd64, arm64), and
+// print what `uname -m` says on a host of ARCH: build.sh's cross builds read
+// hardway's own architecture table (pkg/platform) instead of a copy of it.
 package main
 
 import (
@@ -30,6 +37,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/hardway/hardway/pkg/platform"
 )
 
 func main() {
@@ -47,7 +56,16 @@ func main() {
 	})
 	extract := flag.String("extract", "", "TARBALL: copy the MEMBERs named in the arguments out of it, into -into")
 	into := flag.String("into", "", "with -extract: the directory the members go to")
+	elfArch := flag.String("elf", "", "ARCH: check that each FILE in the arguments is an ELF binary for ARCH")
+	unameOf := flag.String("uname", "", "ARCH: print what uname -m says on a host of ARCH")
 	flag.Parse()
+	if *elfArch != "" || *unameOf != "" {
+		if err := archTool(os.Stdout, *elfArch, *unameOf, flag.Args()); err != nil {
+			fmt.Fprintln(os.Stderr, "official:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *extract != "" {
 		if *into == "" || flag.NArg() == 0 {
 			fmt.Fprintln(os.Stderr, "usage: official -extract TARBALL -into DIR MEMBER...")
@@ -110,6 +128,27 @@ func run(ctx context.Context, out io.Writer, f Fetcher, mirror, arch string, arg
 		}
 		f.Log("%s %s: %s: building from source", name, version, o.Reason)
 		fmt.Fprintf(out, "source %s\n", name)
+	}
+	return nil
+}
+
+// archTool is -elf and -uname.
+func archTool(out io.Writer, elfArch, unameOf string, files []string) error {
+	if unameOf != "" {
+		a, ok := platform.Lookup(unameOf)
+		if !ok {
+			return fmt.Errorf("%q is not an architecture hardway installs for (%s)", unameOf, strings.Join(platform.Names(), ", "))
+		}
+		_, err := fmt.Fprintln(out, a.Uname)
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("-elf %s: no files", elfArch)
+	}
+	for _, f := range files {
+		if err := platform.CheckELF(f, elfArch); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hardway/hardway/pkg/platform"
 	"github.com/hardway/hardway/pkg/release"
 )
 
@@ -455,5 +456,27 @@ func TestExtractRefuses(t *testing.T) {
 				t.Fatal("a refused extraction left files behind")
 			}
 		})
+	}
+}
+
+// -elf and -uname answer from pkg/platform's table.
+func TestArchTool(t *testing.T) {
+	var out strings.Builder
+	if err := archTool(&out, "", "arm64", nil); err != nil || out.String() != "aarch64\n" {
+		t.Errorf("-uname arm64: %q %v", out.String(), err)
+	}
+	if err := archTool(&out, "", "mips", nil); err == nil {
+		t.Error("-uname mips passed")
+	}
+	dir := t.TempDir()
+	arm := filepath.Join(dir, "arm")
+	if err := os.WriteFile(arm, platform.FakeELF("arm64"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := archTool(&out, "arm64", "", []string{arm}); err != nil {
+		t.Errorf("-elf arm64 on an arm64 file: %v", err)
+	}
+	if err := archTool(&out, "amd64", "", []string{arm}); err == nil || !strings.Contains(err.Error(), "built for arm64") {
+		t.Errorf("-elf amd64 on an arm64 file: %v", err)
 	}
 }
