@@ -16,13 +16,13 @@ import (
 func (a *App) newCertsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "certs",
-		Short: "Inspect the certificates in the state directory, and renew them without downtime",
+		Short: "The certificates in the state directory: generate them, check them, renew them without downtime",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(a.newCertsCheckCmd(), a.newCertsRenewCmd())
+	cmd.AddCommand(a.newPKICmd(), a.newCertsCheckCmd(), a.newCertsRenewCmd())
 	return cmd
 }
 
@@ -111,7 +111,7 @@ not base64 of the right length is an error with its file:line) and the
 kubeconfigs (embedding the current certificates).
 
 Exit status 1 when anything is missing, expired, broken or not covering;
-warnings alone exit 0. 'hardway pki' fixes everything but a CA problem;
+warnings alone exit 0. 'hardway certs generate' fixes everything but a CA problem;
 'hardway certs renew NAME' reissues a leaf now and rolls it out to the hosts.`,
 		Example: `  hardway certs check -i inventory.yaml
   hardway certs check -i inventory.yaml -o json | jq '.[] | select(.status != "ok")'`,
@@ -155,7 +155,7 @@ warnings alone exit 0. 'hardway pki' fixes everything but a CA problem;
 				}
 			}
 			if failed > 0 {
-				hint := fmt.Sprintf("to create or reissue them, run: hardway pki -i %s (a CA problem needs your backup or --replace-ca)", usererr.Quote(a.InventoryPath))
+				hint := fmt.Sprintf("to create or reissue them, run: hardway certs generate -i %s (a CA problem needs your backup or --replace-ca)", usererr.Quote(a.InventoryPath))
 				if h := pki.CheckHint(inv, dir, pki.CheckResult{}); strings.Contains(h, "state pull") {
 					hint = h
 				}

@@ -48,7 +48,7 @@ func TestHintQuotesPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, stderr := run(t, "certs", "check", "-i", inv)
-	if code != 1 || !strings.Contains(stderr, "hardway pki -i '"+inv+"'") {
+	if code != 1 || !strings.Contains(stderr, "hardway certs generate -i '"+inv+"'") {
 		t.Errorf("exit %d\n%s", code, stderr)
 	}
 }

@@ -13,16 +13,18 @@ import (
 	"github.com/hardway/hardway/pkg/pki"
 )
 
+// newPKICmd is `certs generate`; `pki` is its earlier spelling, kept as a
+// hidden alias (one noun per subject: certs).
 func (a *App) newPKICmd() *cobra.Command {
 	var replaceCA []string
 	var newSA, newEnc bool
 	var output string
 	cmd := &cobra.Command{
-		Use:   "pki",
+		Use:   "generate",
 		Short: "Create or reuse the certificates, keys, encryption config and kubeconfigs",
-		Long: `pki fills the state directory (default .hardway next to the inventory):
+		Long: `certs generate fills the state directory (default .hardway next to the inventory):
 
-  pki/<name>.crt, pki/<name>.key   two CAs (ca, front-proxy-ca) and every certificate they sign
+  pki/<name>.crt, pki/<name>.key   the CAs (ca, front-proxy-ca, etcd-ca) and every certificate they sign
   pki/service-account.key|.pub      the key pair service-account tokens are signed with
   encryption-config.yaml            the apiserver's key for secrets at rest
   kubeconfigs/<name>.kubeconfig     admin, kube-controller-manager, kube-scheduler, kube-proxy, one per worker
@@ -36,19 +38,19 @@ never more than half of it). Each line says created, reused or reissued, and why
 The cluster's identity is never made anew by itself: when the state directory
 already holds anything, a missing CA, service-account key or encryption config
 is an error, not a new one. It was lost, and the hosts still have it:
-'hardway state pull --from HOST' brings it back. To start anew on purpose:
+'hardway state pull HOST' brings it back. To start anew on purpose:
 --replace-ca makes a new CA (every certificate it signed is reissued and must
 reach every host), --new-service-account-key a new key pair (every token the
 cluster issued becomes invalid), --new-encryption-key a new encryption config
 (every Secret stored in etcd becomes unreadable).
 
 The state directory holds the CA keys and the encryption key: back it up, keep
-it private (hardway writes it 0700, keys 0600), never commit it. pki, up,
+it private (hardway writes it 0700, keys 0600), never commit it. certs generate, up,
 state pull and the daemon's repairs lock it (<state>/lock): a second one waits
 up to 10s, then names the PID and command holding it.`,
-		Example: `  hardway pki -i inventory.yaml
-  hardway pki -i inventory.yaml --state /secure/cluster-state -o json
-  hardway pki -i inventory.yaml --replace-ca=front-proxy-ca`,
+		Example: `  hardway certs generate -i inventory.yaml
+  hardway certs generate -i inventory.yaml --state /secure/cluster-state -o json
+  hardway certs generate -i inventory.yaml --replace-ca=front-proxy-ca`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutputFlag(output); err != nil {

@@ -26,7 +26,7 @@ func pkiSetup(t *testing.T) (inv, state string) {
 func TestPKICommand(t *testing.T) {
 	inv, st := pkiSetup(t)
 
-	code, out, stderr := run(t, "pki", "-i", inv, "--state", st)
+	code, out, stderr := run(t, "certs", "generate", "-i", inv, "--state", st)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -81,7 +81,7 @@ func TestPKICommand(t *testing.T) {
 	// Without the CA key, pki refuses and says how to get out.
 	os.Remove(st + "/pki/ca.key")
 	code, _, stderr = run(t, "pki", "-i", inv, "--state", st)
-	if code != 1 || !strings.Contains(stderr, "error: ") || !strings.Contains(stderr, "hint:  the hosts still hold it: 'hardway state pull --from controller-0'") {
+	if code != 1 || !strings.Contains(stderr, "error: ") || !strings.Contains(stderr, "hint:  the hosts still hold it: 'hardway state pull controller-0'") {
 		t.Errorf("exit %d: %s", code, stderr)
 	}
 	code, out, stderr = run(t, "pki", "-i", inv, "--state", st, "--replace-ca")
@@ -131,7 +131,7 @@ func TestCertsCheckCommand(t *testing.T) {
 	b, _ := os.ReadFile(inv)
 	os.WriteFile(inv, []byte(strings.Replace(string(b), "10.240.0.12", "10.240.0.13", 1)), 0o644)
 	code, out, stderr = run(t, "certs", "check", "-i", inv, "--state", st, "-o", "json")
-	if code != 1 || !strings.Contains(stderr, "3 of 30 entries failed") || !strings.Contains(stderr, "hint:  to create or reissue them, run: hardway pki -i ") {
+	if code != 1 || !strings.Contains(stderr, "3 of 30 entries failed") || !strings.Contains(stderr, "hint:  to create or reissue them, run: hardway certs generate -i ") {
 		t.Errorf("exit %d: %s", code, stderr)
 	}
 	var rs []pki.CheckResult

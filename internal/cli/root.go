@@ -40,6 +40,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return app.printError(err)
 }
 
+// pkiAlias is `hardway certs generate`, the earlier spelling of `certs generate`:
+// hidden from help, working as before.
+func (a *App) pkiAlias() *cobra.Command {
+	c := a.newPKICmd()
+	c.Use, c.Hidden = "pki", true
+	c.Short += " (the earlier spelling of 'hardway certs generate')"
+	return c
+}
+
 // usageError marks errors from flag and argument parsing (exit code 2).
 type usageError struct{ error }
 
@@ -48,7 +57,12 @@ func (u usageError) Unwrap() error { return u.error }
 func (a *App) printError(err error) int {
 	var ue usageError
 	if errors.As(err, &ue) || isCobraUsage(err) {
-		fmt.Fprintf(a.Stderr, "error: %v\nhint:  see 'hardway --help' or 'hardway <command> --help'\n", err)
+		// A usage error that knows its fix says it; the others point at --help.
+		hint := usererr.HintOf(err)
+		if hint == "" {
+			hint = "see 'hardway --help' or 'hardway <command> --help'"
+		}
+		fmt.Fprintf(a.Stderr, "error: %v\nhint:  %s\n", err, hint)
 		return usererr.CodeUsage
 	}
 	fmt.Fprintf(a.Stderr, "error: %v\n", err)
@@ -104,7 +118,7 @@ Start with:
 	for _, c := range []*cobra.Command{
 		a.newVersionCmd(),
 		a.newInitCmd(),
-		a.newPKICmd(),
+		a.pkiAlias(),
 		a.newCertsCmd(),
 		a.newUpCmd(),
 		a.newVerifyCmd(),

@@ -168,7 +168,7 @@ host, so a run killed between a push and its restart is finished by the next.
 The progress is recorded in ca-rotation-<which>.yaml in the state directory
 (0600: it holds the new key until the CA files are written). An interrupted
 rotation is finished by running the command again; until then 'hardway up',
-'hardway pki' and 'hardway certs renew' refuse to run, and verify warns.
+'hardway certs generate' and 'hardway certs renew' refuse to run, and verify warns.
 
 The old CA's certificate and key stay in the state directory, under
 pki/retired/<ca>-<serial>.{crt,key}: older backups still make sense.

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hardway/hardway/pkg/cluster"
+	"github.com/hardway/hardway/pkg/usererr"
 )
 
 func (a *App) newStateCmd() *cobra.Command {
@@ -26,12 +27,12 @@ func (a *App) newStatePullCmd() *cobra.Command {
 	var output string
 	var acceptNew bool
 	cmd := &cobra.Command{
-		Use:   "pull --from HOST",
+		Use:   "pull HOST",
 		Short: "Rebuild a lost state directory from the hosts",
 		Long: `state pull rebuilds the state directory (.hardway, or --state) from the hosts,
 which hold a copy of everything hardway pushed from it:
 
-  the cluster's identity, from the control-plane host named by --from:
+  the cluster's identity, from the control-plane host HOST:
     pki/ca.crt|key, pki/front-proxy-ca.crt|key    the two CAs with their keys
     pki/service-account.key|pub                    the token signing key pair
     encryption-config.yaml                         with every key it holds
@@ -48,12 +49,21 @@ kubeconfigs 0600, directories 0700, and no secret is ever printed. A local file
 that differs from the hosts' copy is left alone and named: --force replaces
 it. The state directory is locked while it runs.`,
 		Example: `  mv .hardway .hardway.broken   # or: a fresh clone of the repository with the inventory
-  hardway state pull -i inventory.yaml --from controller-1
+  hardway state pull -i inventory.yaml controller-1
   hardway up -i inventory.yaml  # no changes`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutputFlag(output); err != nil {
 				return err
+			}
+			// HOST as the operand; --from, its earlier spelling, still works.
+			switch {
+			case len(args) == 1 && o.From != "" && o.From != args[0]:
+				return usageError{usererr.Errorf("name the host once: hardway state pull "+args[0], "two hosts to take the identity from: %s and --from %s", args[0], o.From)}
+			case len(args) == 1:
+				o.From = args[0]
+			case o.From == "":
+				return usageError{usererr.Errorf("name the control-plane host to take the cluster's identity from: hardway state pull controller-1", "state pull needs a HOST")}
 			}
 			inv, st, lock, err := a.loadLocked(cmd)
 			if err != nil {
@@ -91,10 +101,10 @@ it. The state directory is locked while it runs.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.From, "from", "", "control-plane host to take the cluster's identity from (required)")
+	f.StringVar(&o.From, "from", "", "the same as HOST (its earlier spelling)")
+	_ = f.MarkHidden("from")
 	f.BoolVar(&o.Force, "force", false, "replace local files that differ from the hosts' copies")
 	f.BoolVar(&acceptNew, "accept-new-host-keys", false, "trust and record the key of a host not yet in known_hosts (a changed key is always refused)")
 	f.StringVarP(&output, "output", "o", "text", "text, or json: the summary as JSON (never a file's content)")
-	_ = cmd.MarkFlagRequired("from")
 	return cmd
 }

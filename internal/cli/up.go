@@ -58,7 +58,7 @@ Before anything is written, the identity step compares each host's CA
 certificates, service-account public key and encryption key with the state
 directory. If the hosts have them and the state directory does not (it was
 lost, or this is a fresh clone), or they differ, up stops and names each file:
-'hardway state pull --from HOST' rebuilds the state directory from the hosts.
+'hardway state pull HOST' rebuilds the state directory from the hosts.
 --replace-identity replaces the hosts' identity with the state directory's on
 purpose: every certificate, service-account token and stored Secret made with
 the old one stops working. --only and --skip never bypass the check.

@@ -117,7 +117,7 @@ client-go's rules, and becomes the current context.`,
 			}
 			b, err := os.ReadFile(p)
 			if err != nil {
-				return usererr.New(err, "run 'hardway pki' or 'hardway up' first")
+				return usererr.New(err, "run 'hardway certs generate' or 'hardway up' first")
 			}
 			_, err = a.Stdout.Write(b)
 			return err

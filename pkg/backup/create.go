@@ -234,7 +234,7 @@ func stateEntries(dir state.Dir) ([]entry, error) {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
 	if len(out) == 0 {
-		return nil, usererr.New(fmt.Errorf("backup: the state directory %s is empty", root), "rebuild it with 'hardway state pull --from HOST' first")
+		return nil, usererr.New(fmt.Errorf("backup: the state directory %s is empty", root), "rebuild it with 'hardway state pull HOST' first")
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

@@ -224,7 +224,7 @@ func timeoutHint(err error) string {
 func (c *Cluster) checkEtcd(ctx context.Context) []verify.Result {
 	cli, err := c.etcd()
 	if err != nil {
-		return []verify.Result{verify.Failf("", hintOf(err, "run 'hardway pki'"), "etcd client: %v", err)}
+		return []verify.Result{verify.Failf("", hintOf(err, "run 'hardway certs generate'"), "etcd client: %v", err)}
 	}
 	defer cli.Close()
 	var out []verify.Result
@@ -376,7 +376,7 @@ func (c *Cluster) checkControllers(ctx context.Context) []verify.Result {
 func (c *Cluster) checkRBAC(ctx context.Context) []verify.Result {
 	cn, err := c.kubeletClientCN()
 	if err != nil {
-		return []verify.Result{verify.Failf("", "run 'hardway pki'", "%v", err)}
+		return []verify.Result{verify.Failf("", "run 'hardway certs generate'", "%v", err)}
 	}
 	cs, err := c.kubeClient()
 	if err != nil {

@@ -206,7 +206,7 @@ func IdentityError(mm []IdentityMismatch, from string, damaged []string) error {
 	// backup when no reachable host holds them.
 	source := "restore it from your backup (no reachable control-plane host holds valid copies to pull)"
 	if from != "" {
-		source = fmt.Sprintf("run 'hardway state pull --from %s'", from)
+		source = fmt.Sprintf("run 'hardway state pull %s'", from)
 		if len(damaged) > 0 {
 			source += fmt.Sprintf(" (not from %s: damaged copies)", strings.Join(damaged, ", "))
 		}

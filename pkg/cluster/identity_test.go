@@ -167,7 +167,7 @@ func TestCompareIdentity(t *testing.T) {
 		}
 		err = IdentityError(mm, "controller-1", nil)
 		hint := usererr.HintOf(err)
-		for _, want := range []string{"hardway state pull --from controller-1", "--replace-identity"} {
+		for _, want := range []string{"hardway state pull controller-1", "--replace-identity"} {
 			if !strings.Contains(hint, want) {
 				t.Errorf("hint lacks %q:\n%s", want, hint)
 			}
@@ -202,7 +202,7 @@ func TestCompareIdentity(t *testing.T) {
 		}
 		err = IdentityError(mm, "controller-2", nil)
 		if !strings.Contains(err.Error(), "differs from the state directory's") ||
-			!strings.Contains(usererr.HintOf(err), "move the state\ndirectory away and run 'hardway state pull --from controller-2'") {
+			!strings.Contains(usererr.HintOf(err), "move the state\ndirectory away and run 'hardway state pull controller-2'") {
 			t.Errorf("%v\nhint: %s", err, usererr.HintOf(err))
 		}
 		// Never a secret in the message.
@@ -287,7 +287,7 @@ func TestCompareIdentity(t *testing.T) {
 		}
 		err = IdentityError(mm, from, bad)
 		hint := usererr.HintOf(err)
-		if !strings.Contains(hint, "'hardway state pull --from controller-1' (not from controller-2: damaged copies)") {
+		if !strings.Contains(hint, "'hardway state pull controller-1' (not from controller-2: damaged copies)") {
 			t.Errorf("hint:\n%s", hint)
 		}
 		// controller-1 unreachable too: controller-3, never controller-2.
@@ -413,7 +413,7 @@ func TestUpStopsWhenTheStateDirectoryIsLost(t *testing.T) {
 		if err == nil {
 			t.Fatal("up went ahead without the cluster's identity")
 		}
-		if !strings.Contains(err.Error(), "[identity]") || !strings.Contains(usererr.HintOf(err), "hardway state pull --from c1") {
+		if !strings.Contains(err.Error(), "[identity]") || !strings.Contains(usererr.HintOf(err), "hardway state pull c1") {
 			t.Errorf("err %v\nhint %s", err, usererr.HintOf(err))
 		}
 		for _, h := range inv.ControlPlane {

@@ -150,7 +150,7 @@ func (c *Cluster) checkKubeletAuth(ctx context.Context, w inventory.Host) verify
 func (c *Cluster) kubeletAuth(ctx context.Context, w inventory.Host) verify.Result {
 	pool, err := c.clusterTrust()
 	if err != nil {
-		return verify.Failf(w.Name, "run 'hardway pki'", "%v", err)
+		return verify.Failf(w.Name, "run 'hardway certs generate'", "%v", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()

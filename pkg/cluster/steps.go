@@ -306,7 +306,7 @@ func (c *Cluster) remoteFiles(m *units.Manifest) ([]remote.File, error) {
 			} else {
 				rf.Source = f.Source.LocalPath(c.opt.State)
 				if _, err := os.Stat(rf.Source); err != nil {
-					return nil, usererr.New(fmt.Errorf("%s needs %s: %w", f.Path, rf.Source, err), "run 'hardway pki' (or 'hardway up' without --skip pki)")
+					return nil, usererr.New(fmt.Errorf("%s needs %s: %w", f.Path, rf.Source, err), "run 'hardway certs generate' (or 'hardway up' without --skip pki)")
 				}
 			}
 		}

@@ -59,8 +59,8 @@ func TestTrackerLogsOnlyTransitions(t *testing.T) {
 		{"still down logs nothing", c2down, nil},
 		{"a key missing from a run is not a change", c2gone, nil},
 		{"back: logged against the last known status", healthy, []string{"etcd/health c2: fail -> pass: ok"}},
-		{"a cluster-wide failure", []verify.Result{pass("etcd/health", "c1"), pass("etcd/health", "c2"), fail("pki", "", "ca: expired", "run 'hardway pki'\nthen up")},
-			[]string{"pki: pass -> fail: ca: expired (hint: run 'hardway pki' then up)"}},
+		{"a cluster-wide failure", []verify.Result{pass("etcd/health", "c1"), pass("etcd/health", "c2"), fail("pki", "", "ca: expired", "run 'hardway certs generate'\nthen up")},
+			[]string{"pki: pass -> fail: ca: expired (hint: run 'hardway certs generate' then up)"}},
 		{"warn is a change too", []verify.Result{pass("etcd/health", "c1"), pass("etcd/health", "c2"), {Check: "pki", Status: verify.Warn, Message: "renew soon", Hint: "hardway up"}},
 			[]string{"pki: fail -> warn: renew soon (hint: hardway up)"}},
 	} {

@@ -123,11 +123,11 @@ func checkTrustBundles(dir state.Dir) []CheckResult {
 		case err != nil:
 			r.fail("%v", err)
 		case have == nil:
-			r.fail("missing (hardway pki writes it from %s)", signer)
+			r.fail("missing (hardway certs generate writes it from %s)", signer)
 		case rot != nil:
 			// The rotation's own: old + new, or the new CA alone.
 		case !fsutil.SameContent(dir.Cert(signer), have):
-			r.fail("differs from %s (hardway pki rewrites it; 'hardway rotate ca --which %s' is how a CA changes without downtime)", signer, t.Which)
+			r.fail("differs from %s (hardway certs generate rewrites it; 'hardway rotate ca --which %s' is how a CA changes without downtime)", signer, t.Which)
 		}
 		out = append(out, r)
 	}
@@ -190,7 +190,7 @@ func checkCA(r *CheckResult, e Entry, inv *inventory.Inventory, dir state.Dir, n
 	if keyPEM == nil {
 		r.Problems[len(r.Problems)-1] += ": no leaf can be reissued"
 	}
-	checkExpiry(r, cert, now, "plan a CA rotation (hardway pki --replace-ca="+e.Name+")")
+	checkExpiry(r, cert, now, "plan a CA rotation (hardway certs generate --replace-ca="+e.Name+")")
 	if a := algorithmOf(cert.PublicKey); a != inv.PKI.Algorithm {
 		r.warn("key is %s, the inventory asks for %s", a, inv.PKI.Algorithm)
 	}
@@ -226,7 +226,7 @@ func checkLeaf(r *CheckResult, e Entry, ca *x509.Certificate, old oldCA, dir sta
 		}
 	}
 	if len(extra) > 0 {
-		r.warn("SANs no longer in the inventory: %s (hardway pki reissues it)", strings.Join(extra, ", "))
+		r.warn("SANs no longer in the inventory: %s (hardway certs generate reissues it)", strings.Join(extra, ", "))
 	}
 	checkExpiry(r, cert, now, "hardway certs renew "+e.Name+" reissues it")
 }
@@ -301,7 +301,7 @@ func checkKubeconfig(inv *inventory.Inventory, dir state.Dir, k Kubeconfig) Chec
 		return r
 	}
 	if !fsutil.SameContent(path, want) {
-		r.fail("out of date (certificate or server changed): hardway pki rewrites it")
+		r.fail("out of date (certificate or server changed): hardway certs generate rewrites it")
 	}
 	return r
 }

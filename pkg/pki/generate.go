@@ -218,7 +218,7 @@ func privateDir(d string) error {
 func replaceHint(inv *inventory.Inventory, ca string) string {
 	return PullHint(inv) + fmt.Sprintf("; to start a new %s on purpose\n"+
 		"(every certificate it signed is reissued and must be pushed to every host), run:\n"+
-		"hardway pki --replace-ca=%s", ca, ca)
+		"hardway certs generate --replace-ca=%s", ca, ca)
 }
 
 // ensureCA loads and checks a CA, or creates it when neither its files nor
@@ -267,7 +267,7 @@ func ensureCA(e Entry, entries []Entry, inv *inventory.Inventory, dir state.Dir,
 	}
 	if !now.Before(cert.NotAfter) {
 		return res, nil, usererr.Errorf(
-			fmt.Sprintf("a new CA means new certificates everywhere: hardway pki --replace-ca=%s, then push them", e.Name),
+			fmt.Sprintf("a new CA means new certificates everywhere: hardway certs generate --replace-ca=%s, then push them", e.Name),
 			"%s expired on %s", certPath, cert.NotAfter.Format(time.DateOnly))
 	}
 	res.NotAfter = cert.NotAfter

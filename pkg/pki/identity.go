@@ -83,7 +83,7 @@ func PullHint(inv *inventory.Inventory) string {
 	if inv != nil && len(inv.ControlPlane) > 0 {
 		host = usererr.Quote(inv.ControlPlane[0].Name)
 	}
-	return fmt.Sprintf("the hosts still hold it: 'hardway state pull --from %s' rebuilds the state directory from them\n"+
+	return fmt.Sprintf("the hosts still hold it: 'hardway state pull %s' rebuilds the state directory from them\n"+
 		"(or restore your backup of the state directory)", host)
 }
 
@@ -110,7 +110,7 @@ func identityGuard(inv *inventory.Inventory, dir state.Dir, opts Options, replac
 		if o := others(files, crt, key); len(o) > 0 {
 			msgs = append(msgs, fmt.Sprintf("%s: %s and %s are missing but other state is there (%s): refusing to make a new %s",
 				dir, crt, key, shortList(o), ca))
-			purposes = append(purposes, fmt.Sprintf("hardway pki --replace-ca=%s  (every certificate it signed is reissued and must reach every host)", ca))
+			purposes = append(purposes, fmt.Sprintf("hardway certs generate --replace-ca=%s  (every certificate it signed is reissued and must reach every host)", ca))
 		}
 	}
 	saKey, saPub := rel(dir.Key(ServiceAccount)), rel(PublicKeyPath(dir, ServiceAccount))
@@ -118,7 +118,7 @@ func identityGuard(inv *inventory.Inventory, dir state.Dir, opts Options, replac
 		if o := others(files, saKey, saPub); len(o) > 0 {
 			msgs = append(msgs, fmt.Sprintf("%s: %s is missing but other state is there (%s): refusing to make a new service-account key",
 				dir, saKey, shortList(o)))
-			purposes = append(purposes, "hardway pki --new-service-account-key  (invalidates every service-account token the cluster has issued)")
+			purposes = append(purposes, "hardway certs generate --new-service-account-key  (invalidates every service-account token the cluster has issued)")
 		}
 	}
 	enc := rel(dir.EncryptionConfig())
@@ -126,7 +126,7 @@ func identityGuard(inv *inventory.Inventory, dir state.Dir, opts Options, replac
 		if o := others(files, enc); len(o) > 0 {
 			msgs = append(msgs, fmt.Sprintf("%s: %s is missing but other state is there (%s): refusing to make a new encryption key",
 				dir, enc, shortList(o)))
-			purposes = append(purposes, "hardway pki --new-encryption-key  (every Secret already stored in etcd becomes unreadable)")
+			purposes = append(purposes, "hardway certs generate --new-encryption-key  (every Secret already stored in etcd becomes unreadable)")
 		}
 	}
 	if len(msgs) == 0 {
@@ -220,7 +220,7 @@ func EncryptionCompatible(local, host []byte) (ok bool, why string) {
 }
 
 // CheckHint is the hint for a failed check of the state directory. When any
-// part of the identity is missing, 'hardway pki' would refuse (or, on an
+// part of the identity is missing, 'hardway certs generate' would refuse (or, on an
 // empty directory, make a new cluster identity), so it names state pull.
 func CheckHint(inv *inventory.Inventory, dir state.Dir, r CheckResult) string {
 	lost := false
@@ -231,12 +231,12 @@ func CheckHint(inv *inventory.Inventory, dir state.Dir, r CheckResult) string {
 		}
 	}
 	if lost {
-		return PullHint(inv) + "; 'hardway pki' would make a new cluster identity instead"
+		return PullHint(inv) + "; 'hardway certs generate' would make a new cluster identity instead"
 	}
 	if h := RenewHint(r); h != "" {
 		return h
 	}
-	return "run 'hardway pki' (or 'hardway up') to create or reissue it"
+	return "run 'hardway certs generate' (or 'hardway up') to create or reissue it"
 }
 
 // GuardIdentity is the check Generate makes before it writes anything, for

@@ -60,7 +60,7 @@ func TestLostIdentityIsNeverMadeAnew(t *testing.T) {
 				}
 			}
 			hint := usererr.HintOf(err)
-			for _, w := range append([]string{"hardway state pull --from cp-0", "backup"}, tc.wantFlags...) {
+			for _, w := range append([]string{"hardway state pull cp-0", "backup"}, tc.wantFlags...) {
 				if !strings.Contains(hint, w) {
 					t.Errorf("hint lacks %q:\n%s", w, hint)
 				}

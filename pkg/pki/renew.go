@@ -46,7 +46,7 @@ func ResolveLeaves(inv *inventory.Inventory, names []string, all bool) ([]Entry,
 			if e.Name == n || e.Row == n {
 				if e.IsCA() {
 					return nil, usererr.WithCode(fmt.Errorf("certs renew: %s is a CA: renew reissues leaves only, from the existing CAs", n), usererr.CodeUsage,
-						"a new CA means every certificate it signed changes on every host: hardway pki --replace-ca="+n+", then hardway up")
+						"a new CA means every certificate it signed changes on every host: hardway certs generate --replace-ca="+n+", then hardway up")
 				}
 				want[e.Name], found = true, true
 			}

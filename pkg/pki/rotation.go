@@ -449,7 +449,7 @@ func CheckEncryptionState(dir state.Dir) (note string, err error) {
 				return "", usererr.New(fmt.Errorf("%s encrypts with %s, a key retired by a rotation on %s; pushing it would undo the rotation",
 					dir.EncryptionConfig(), KeyRef(p, k.Name), r.Retired.Format("2006-01-02")),
 					"an old copy of encryption-config.yaml was restored? Put the current one back (your backup of the state\n"+
-						"directory, or 'hardway state pull --from <control-plane host>' into an empty directory)")
+						"directory, or 'hardway state pull <control-plane host>' into an empty directory)")
 			}
 		}
 	}

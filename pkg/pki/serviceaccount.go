@@ -42,7 +42,7 @@ func ensureServiceAccount(inv *inventory.Inventory, dir state.Dir, allowNew bool
 	if keyPEM == nil {
 		if pubPEM != nil && !allowNew {
 			return res, usererr.Errorf(
-				PullHint(inv)+";\n'hardway pki --new-service-account-key' makes a new pair on purpose,\n"+
+				PullHint(inv)+";\n'hardway certs generate --new-service-account-key' makes a new pair on purpose,\n"+
 					"which invalidates every service-account token the cluster has issued",
 				"%s is missing next to %s", keyPath, pubPath)
 		}

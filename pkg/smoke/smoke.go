@@ -234,7 +234,7 @@ func (r *run) secret(ctx context.Context) verify.Result {
 			"the Secret's value is readable in etcd (%s)", key)
 	case !bytes.HasPrefix(raw, []byte(want)):
 		got := string(raw[:min(len(raw), 24)])
-		return verify.Failf("", "the encryption config's first provider is not the inventory's: see 'hardway pki'", "%s starts %q, not %s", key, got, want)
+		return verify.Failf("", "the encryption config's first provider is not the inventory's: see 'hardway certs generate'", "%s starts %q, not %s", key, got, want)
 	}
 	// The prefix up to the key name, e.g. k8s:enc:secretbox:v1:key1:
 	prefix := string(raw[:min(len(raw), len(want)+16)])

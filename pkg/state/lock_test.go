@@ -30,7 +30,7 @@ func TestLockTwoHolders(t *testing.T) {
 	}
 
 	start := time.Now()
-	_, err = d.Lock(t.Context(), "hardway pki", 300*time.Millisecond)
+	_, err = d.Lock(t.Context(), "hardway certs generate", 300*time.Millisecond)
 	waited := time.Since(start)
 	if err == nil {
 		t.Fatal("second lock taken while the first is held")
@@ -52,12 +52,12 @@ func TestLockTwoHolders(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		l1.Unlock()
 	}()
-	l2, err := d.Lock(t.Context(), "hardway pki", 5*time.Second)
+	l2, err := d.Lock(t.Context(), "hardway certs generate", 5*time.Second)
 	if err != nil {
 		t.Fatalf("lock after unlock: %v", err)
 	}
 	b, _ := os.ReadFile(d.LockFile())
-	if !strings.Contains(string(b), "command=hardway pki\n") || strings.Contains(string(b), "a.yaml") {
+	if !strings.Contains(string(b), "command=hardway certs generate\n") || strings.Contains(string(b), "a.yaml") {
 		t.Errorf("lock note %q", b)
 	}
 	if err := l2.Unlock(); err != nil {
@@ -92,7 +92,7 @@ func TestLockHelperProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper process only")
 	}
-	l, err := Dir(dir).Lock(context.Background(), "hardway state pull --from controller-1", 0)
+	l, err := Dir(dir).Lock(context.Background(), "hardway state pull controller-1", 0)
 	if err != nil {
 		os.Stdout.WriteString("error: " + err.Error() + "\n")
 		os.Exit(1)
@@ -128,7 +128,7 @@ func TestLockOtherProcess(t *testing.T) {
 		t.Fatalf("helper: %q", line)
 	}
 	_, err = d.Lock(t.Context(), "hardway up", 200*time.Millisecond)
-	if err == nil || !strings.Contains(err.Error(), "PID "+strconv.Itoa(cmd.Process.Pid)+" (hardway state pull --from controller-1") {
+	if err == nil || !strings.Contains(err.Error(), "PID "+strconv.Itoa(cmd.Process.Pid)+" (hardway state pull controller-1") {
 		t.Errorf("lock held by the helper: %v", err)
 	}
 	if err := cmd.Process.Kill(); err != nil {
@@ -181,7 +181,7 @@ func TestLockReadOnlyWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("two plans at once: %v", err)
 	}
-	if _, err := d.Lock(t.Context(), "hardway pki", 200*time.Millisecond); err == nil || !strings.Contains(err.Error(), "in use by another process") {
+	if _, err := d.Lock(t.Context(), "hardway certs generate", 200*time.Millisecond); err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		t.Errorf("a writer beside plans: %v", err)
 	}
 	r1.Unlock()
@@ -191,7 +191,7 @@ func TestLockReadOnlyWritesNothing(t *testing.T) {
 		t.Errorf("a plan's lock changed the lock file: %v %d %v -> %v %d %v",
 			before.Mode(), before.Size(), before.ModTime(), after.Mode(), after.Size(), after.ModTime())
 	}
-	w, err = d.Lock(t.Context(), "hardway pki", 0)
+	w, err = d.Lock(t.Context(), "hardway certs generate", 0)
 	if err != nil {
 		t.Fatalf("the writer after the plans: %v", err)
 	}

@@ -219,7 +219,7 @@ func TestControlPlane(t *testing.T) {
 		if code == 0 {
 			t.Fatalf("up without the state directory succeeded:\n%s", out)
 		}
-		if !strings.Contains(errs, "hardway state pull --from controller-1") || !strings.Contains(errs, "nothing was written") {
+		if !strings.Contains(errs, "hardway state pull controller-1") || !strings.Contains(errs, "nothing was written") {
 			t.Errorf("up's error does not name state pull:\n%s", errs)
 		}
 		if after := sums(); fmt.Sprint(after) != fmt.Sprint(before) {
