@@ -1,15 +1,12 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"filippo.io/age"
@@ -18,13 +15,10 @@ import (
 
 	"github.com/hardway/hardway/pkg/backup"
 	"github.com/hardway/hardway/pkg/cluster"
-	"github.com/hardway/hardway/pkg/fsutil"
 	"github.com/hardway/hardway/pkg/inventory"
-	"github.com/hardway/hardway/pkg/plan"
-	"github.com/hardway/hardway/pkg/release"
-	"github.com/hardway/hardway/pkg/runlog"
+	"github.com/hardway/hardway/pkg/restore"
+	"github.com/hardway/hardway/pkg/state"
 	"github.com/hardway/hardway/pkg/usererr"
-	"github.com/hardway/hardway/pkg/verify"
 )
 
 // keyFlags are the encryption flags backup and restore share.
@@ -288,16 +282,7 @@ func (a *App) decryptKeys(k keyFlags, file string) ([]age.Identity, error) {
 	return k.keys(a).DecryptWith()
 }
 
-// restoreResult is restore's -o json.
-type restoreResult struct {
-	Backup   backup.Manifest `json:"backup"`
-	Steps    *plan.Result    `json:"steps"`
-	Verify   *verify.Report  `json:"verify,omitempty"`
-	Duration time.Duration   `json:"durationNanos"`
-}
-
 func (a *App) runRestore(cmd *cobra.Command, o restoreOptions) error {
-	start := time.Now()
 	if err := checkOutputFlag(o.output); err != nil {
 		return err
 	}
@@ -308,151 +293,29 @@ func (a *App) runRestore(cmd *cobra.Command, o restoreOptions) error {
 	if o.output == "json" {
 		out = a.Stderr
 	}
-	// 1. The backup, all of it, before anything else.
 	ids, err := a.decryptKeys(o.keyFlags, o.from)
 	if err != nil {
 		return err
 	}
-	arc, err := backup.Open(o.from, ids, "")
-	if err != nil {
+	res, err := restore.Run(cmd.Context(), restore.Options{
+		From: o.from, Identities: ids, InventoryPath: a.InventoryPath,
+		Load: func() (*inventory.Inventory, state.Dir, func(), error) {
+			inv, st, lock, err := a.loadLocked(cmd)
+			if err != nil {
+				return nil, "", nil, err
+			}
+			return inv, st, func() { lock.Unlock() }, nil
+		},
+		CacheDir: o.cacheDir, Offline: o.offline, DryRun: o.dryRun, ReplaceData: o.replaceData,
+		ReplaceIdentity: o.replaceIdentity, Force: o.force, AcceptNewHostKeys: o.acceptNewHostKeys,
+		VerifyTimeout: o.verifyTimeout, Out: out,
+	})
+	if err != nil || o.output != "json" {
 		return err
 	}
-	defer arc.Close()
-	m := arc.Manifest
-	fmt.Fprintf(out, "[backup] %s: whole (%d files; etcd snapshot of %s from %s, %d bytes, sha256 ok), cluster %q, taken %s\n",
-		o.from, len(m.Files), m.Snapshot.EtcdVersion, m.Snapshot.Member, m.Snapshot.Size, m.Cluster, m.Created.Format(time.RFC3339))
-
-	// 2. The inventory: the one given, or the backup's when there is none.
-	if err := a.restoreInventory(arc, out, o.dryRun); err != nil {
-		return err
-	}
-	inv, st, lock, err := a.loadLocked(cmd)
-	if err != nil {
-		return err
-	}
-	defer lock.Unlock()
-	if inv.Cluster != m.Cluster && !o.force {
-		return usererr.New(fmt.Errorf("the backup is of cluster %q, the inventory describes %q", m.Cluster, inv.Cluster),
-			"use the inventory of the cluster the backup was taken from, or --force")
-	}
-
-	// 3. up's steps with the restore in them.
-	ro := release.OptionsFor(inv)
-	ro.CacheDir, ro.Offline = o.cacheDir, o.offline
-	if ro.CacheDir == "" {
-		if ro.CacheDir, err = release.DefaultCacheDir(); err != nil {
-			return err
-		}
-	}
-	lg, err := runlog.OpenUnless(o.dryRun, st.LogDir(), "restore", time.Now())
-	if err != nil {
-		return err
-	}
-	lg.Printf("restore from %s (%s); dry-run=%v replace-etcd-data=%v", o.from, m.Snapshot.SHA256, o.dryRun, o.replaceData)
-	out = io.MultiWriter(out, lg)
-	c := cluster.New(inv, cluster.Options{State: st, Out: out, AcceptNewHostKeys: o.acceptNewHostKeys, Release: ro,
-		ReplaceIdentity: o.replaceIdentity, Trace: lg.Command})
-	defer c.Close()
-	r := &plan.Runner{Out: out, DryRun: o.dryRun}
-	res, err := r.Run(cmd.Context(), c.RestoreSteps(cluster.RestoreOptions{Archive: arc, ReplaceData: o.replaceData, ForceState: o.force}))
-	if err != nil {
-		lg.End(err)
-		return runlog.WithPath(err, lg)
-	}
-	result := restoreResult{Backup: m, Steps: res}
-	for _, s := range res.Steps {
-		if !s.Skipped {
-			fmt.Fprintf(out, "  %-14s %d change(s)  %s\n", s.Name, len(s.Actions), s.Duration.Round(time.Millisecond))
-		}
-	}
-	if o.dryRun {
-		fmt.Fprintf(out, "%d changes planned; run without --dry-run to restore\n", res.Changes())
-		lg.End(nil)
-		return a.restoreJSON(o, result, start)
-	}
-
-	// 4. verify, until it passes: the restored controllers take a moment.
-	rep, err := a.verifyUntil(cmd.Context(), c, o.verifyTimeout)
-	result.Verify = rep
-	if rep != nil {
-		rep.WriteTable(out)
-	}
-	if err != nil {
-		lg.End(err)
-		return runlog.WithPath(err, lg)
-	}
-	lg.End(nil)
-	fmt.Fprintf(out, "restored in %s; verify passes\n", time.Since(start).Round(time.Second))
-	return a.restoreJSON(o, result, start)
-}
-
-func (a *App) restoreJSON(o restoreOptions, r restoreResult, start time.Time) error {
-	if o.output != "json" {
-		return nil
-	}
-	r.Duration = time.Since(start)
 	enc := json.NewEncoder(a.Stdout)
 	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
-
-// restoreInventory writes the backup's inventory to -i when there is no
-// file there, and its hardway.lock beside it when there is none.
-func (a *App) restoreInventory(arc *backup.Archive, out io.Writer, dryRun bool) error {
-	write := func(name, dst string) error {
-		if _, err := os.Stat(dst); err == nil {
-			if name == backup.LockName {
-				want, _ := os.ReadFile(arc.FilePath(name))
-				if !fsutil.SameContent(dst, want) {
-					fmt.Fprintf(out, "[backup] note: %s differs from the backup's; the local one is used\n", dst)
-				}
-			}
-			return nil
-		}
-		if !arc.Has(name) {
-			return nil
-		}
-		if dryRun {
-			fmt.Fprintf(out, "[backup] would write the backup's %s to %s\n", name, dst)
-			return nil
-		}
-		b, err := os.ReadFile(arc.FilePath(name))
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "[backup] wrote the backup's %s to %s\n", name, dst)
-		return fsutil.WriteFile(dst, b, 0o644)
-	}
-	if err := write(backup.InventoryName, a.InventoryPath); err != nil {
-		return err
-	}
-	return write(backup.LockName, filepath.Join(filepath.Dir(a.InventoryPath), release.LockFileName))
-}
-
-// verifyUntil runs verify's checks until all pass or timeout; the last
-// report either way.
-func (a *App) verifyUntil(ctx context.Context, c *cluster.Cluster, timeout time.Duration) (*verify.Report, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		rep := verify.Run(ctx, c.Checks(), 4, time.Minute)
-		if rep.OK() {
-			return rep, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			var failed []string
-			for _, r := range rep.Results {
-				if r.Status == verify.Fail {
-					failed = append(failed, strings.TrimSpace(r.Check+" "+r.Host))
-				}
-			}
-			return rep, usererr.New(fmt.Errorf("verify after the restore: %d check(s) failed: %s", rep.Fail, strings.Join(failed, ", ")),
-				"each failed line above has its own hint; 'hardway verify' runs them again")
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(5 * time.Second):
-		}
-	}
+	return enc.Encode(res)
 }
 
 // version is hardway's version for the backup's manifest.
