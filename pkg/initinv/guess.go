@@ -132,6 +132,10 @@ type Network struct {
 	// the lab's workers route the Services'. It rules out every range but
 	// Prefix itself.
 	Bare bool
+	// Own: the network is a running hardway cluster's pods' (an address
+	// on its pod bridge, a pod route it added): it rules out no pod range
+	// that holds it, so that init on a cluster's hosts finds its podCIDR.
+	Own bool
 }
 
 // privateSpaces are where the ranges are looked for (RFC 1918), in order
@@ -166,7 +170,11 @@ func PickRanges(avoid []Network) (pod, svc Range, err error) {
 func pickRange(key string, def netip.Prefix, avoid []Network) (Range, error) {
 	hit := func(p netip.Prefix) *Network {
 		for i := range avoid {
-			if n := &avoid[i]; n.Prefix.Overlaps(p) && !(n.Bare && n.Prefix == p) {
+			n := &avoid[i]
+			if n.Own && key == "podCIDR" && p.Bits() <= n.Prefix.Bits() && p.Contains(n.Prefix.Addr()) {
+				continue
+			}
+			if n.Prefix.Overlaps(p) && !(n.Bare && n.Prefix == p) {
 				return n
 			}
 		}

@@ -112,6 +112,13 @@ func TestPickRanges(t *testing.T) {
 			"10.200.0.0/16", "10.32.0.0/24", ""},
 		{"a bare route of more than the range", []Network{{Prefix: netip.MustParsePrefix("10.32.0.0/16"), Why: "w1's route", Bare: true}},
 			"10.200.0.0/16", "10.33.0.0/24", ""},
+		// A running cluster's pod bridge and pod routes are inside its
+		// podCIDR: init on its hosts finds that range free.
+		{"a running cluster's own pod networks", []Network{{Prefix: netip.MustParsePrefix("10.200.0.0/24"), Why: "w1's cni0", Own: true},
+			{Prefix: netip.MustParsePrefix("10.200.1.0/24"), Why: "w1's pod route", Own: true}},
+			"10.200.0.0/16", "10.32.0.0/24", "the default: no host"},
+		{"a cluster's own network still keeps the services out", []Network{{Prefix: netip.MustParsePrefix("10.32.0.0/24"), Why: "w1's cni0", Own: true}},
+			"10.200.0.0/16", "10.32.1.0/24", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pod, svc, err := PickRanges(c.avoid)
@@ -135,6 +142,9 @@ func TestPickRanges(t *testing.T) {
 						t.Errorf("the bare route is not said: %s / %s", pod.Why, svc.Why)
 					}
 					continue
+				}
+				if n.Own && pod.Prefix.Contains(n.Prefix.Addr()) && !n.Prefix.Overlaps(svc.Prefix) {
+					continue // the cluster's own pod network, inside its podCIDR
 				}
 				if n.Prefix.Overlaps(pod.Prefix) || n.Prefix.Overlaps(svc.Prefix) {
 					t.Errorf("%s overlaps a chosen range", n.Prefix)
@@ -210,6 +220,20 @@ func TestParseTargets(t *testing.T) {
 	} {
 		if _, err := ParseTargets(bad); err == nil || usererr.CodeOf(err) != usererr.CodeUsage {
 			t.Errorf("%q: %v, want a usage error", bad, err)
+		}
+	}
+}
+
+func TestClusterRoute(t *testing.T) {
+	for line, want := range map[string]bool{
+		"10.200.1.0/24 via 10.240.4.22 dev eth0 proto 70":                true,
+		"10.200.0.0/24 dev cni0 proto kernel scope link src 10.200.0.1":  true,
+		"10.240.4.0/24 dev eth0 proto kernel scope link src 10.240.4.21": false,
+		"10.32.0.0/24 dev eth0": false,
+		"10.70.0.0/24 via 10.0.0.1 dev eth0 proto static metric 70": false,
+	} {
+		if got := clusterRoute(line); got != want {
+			t.Errorf("clusterRoute(%q) = %v", line, got)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/hardway/hardway/pkg/hostos"
 	"github.com/hardway/hardway/pkg/hostprobe"
 	"github.com/hardway/hardway/pkg/inventory"
+	"github.com/hardway/hardway/pkg/units"
 	"github.com/hardway/hardway/pkg/usererr"
 )
 
@@ -207,6 +208,18 @@ func (h *Host) addresses(t Target, all []hostprobe.Facts, i int) error {
 	return nil
 }
 
+// clusterRoute says whether a route is a running hardway cluster's: one
+// of its pod routes (proto 70) or a route on its pod bridge.
+func clusterRoute(line string) bool {
+	fs := strings.Fields(line)
+	for i := 0; i+1 < len(fs); i++ {
+		if fs[i] == "proto" && fs[i+1] == units.PodRouteProto || fs[i] == "dev" && fs[i+1] == units.CNIBridge {
+			return true
+		}
+	}
+	return false
+}
+
 // networks are the host's networks the ranges must avoid, each with why.
 func networks(h Host) []Network {
 	var out []Network
@@ -219,10 +232,11 @@ func networks(h Host) []Network {
 		if a.Prefix.Addr().IsLoopback() {
 			continue
 		}
-		out = append(out, Network{Prefix: a.Prefix.Masked(), Why: fmt.Sprintf("%s's address %s on %s", h.Name, a.Prefix, a.Interface)})
+		out = append(out, Network{Prefix: a.Prefix.Masked(), Why: fmt.Sprintf("%s's address %s on %s", h.Name, a.Prefix, a.Interface),
+			Own: a.Interface == units.CNIBridge})
 	}
 	for _, rt := range h.Facts.Routes {
-		out = append(out, Network{Prefix: rt.Dest, Why: fmt.Sprintf("%s's route %q", h.Name, rt.Line), Bare: rt.Bare})
+		out = append(out, Network{Prefix: rt.Dest, Why: fmt.Sprintf("%s's route %q", h.Name, rt.Line), Bare: rt.Bare, Own: clusterRoute(rt.Line)})
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 
@@ -126,6 +127,21 @@ func Next(cur *State, inv *inventory.Inventory) (*State, error) {
 		if a[n] != cur.Subnets[n] {
 			delete(a, n)
 		}
+	}
+	// A worker of the inventory keeps the subnet the state gave it: its
+	// Node's spec.podCIDR cannot change, and a new one in the CNI config
+	// would give its new pods addresses no route leads to. A podCIDR that
+	// no longer holds it is refused here, before render or any push.
+	var moved []string
+	for _, w := range inv.Workers {
+		if old, ok := cur.Subnets[w.Name]; ok && a[w.Name] != old {
+			moved = append(moved, fmt.Sprintf("%s's %s (now %s)", w.Name, old, a[w.Name]))
+		}
+	}
+	if len(moved) > 0 {
+		return nil, usererr.Errorf("put network.podCIDR back to a range that holds them; to renumber the workers on purpose, delete their Nodes (kubectl delete node NAME: their pods are recreated) and their lines in "+
+			"pod-subnets.yaml in the state directory, then run up",
+			"network.podCIDR %s does not hold the pod subnets the workers have: %s", inv.Network.PodNet(), strings.Join(moved, ", "))
 	}
 	out.Subnets = a
 	return out, nil

@@ -212,3 +212,35 @@ func TestRemovedWorkerKeepsSubnetUntilFreed(t *testing.T) {
 		t.Fatalf("round trip: %v\n%s", err, b)
 	}
 }
+
+// A podCIDR that no longer holds a worker's subnet is refused, naming it:
+// the worker's Node keeps its spec.podCIDR, and a new subnet in its CNI
+// config would break its new pods. A new worker still gets one.
+func TestChangedPodCIDRRefused(t *testing.T) {
+	dir := state.Dir(t.TempDir())
+	inv := parseInv(t, "{name: w1, address: 10.240.0.21}")
+	_, next, _, err := ForState(dir, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SaveState(dir.PodSubnets(), next); err != nil {
+		t.Fatal(err)
+	}
+	src := "cluster: lab\nnetwork: {podCIDR: 10.201.0.0/16}\ncontrolPlane:\n  - {name: c1, address: 10.240.0.11}\nworkers:\n  - {name: w1, address: 10.240.0.21}\n"
+	moved, err := inventory.Parse("inv.yaml", "/nonexistent/inv.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = ForInventory(dir, moved)
+	if err == nil || !strings.Contains(err.Error(), "network.podCIDR 10.201.0.0/16 does not hold the pod subnets the workers have: w1's 10.200.0.0/24 (now 10.201.0.0/24)") ||
+		!strings.Contains(usererr.HintOf(err), "kubectl delete node") {
+		t.Fatalf("changed podCIDR: %v (hint %q)", err, usererr.HintOf(err))
+	}
+	// Without the state's line (renumbered on purpose), it is allocated.
+	if err := os.Remove(dir.PodSubnets()); err != nil {
+		t.Fatal(err)
+	}
+	if a, _, err := ForInventory(dir, moved); err != nil || a.String() != "w1=10.201.0.0/24" {
+		t.Fatalf("renumbered on purpose: %v %v", a, err)
+	}
+}

@@ -40,6 +40,9 @@ const (
 	// ('ip route show proto 70'), so stopping the unit removes exactly
 	// them. 70 is not reserved in iproute2's rt_protos.
 	podRouteProto = "70"
+	// CNIBridge is the Linux bridge hardway's bridge CNI puts a node's
+	// pods on.
+	CNIBridge = "cni0"
 	// PodRouteProto is podRouteProto for verify, which names hardway's
 	// routes that no worker wants any more.
 	PodRouteProto = podRouteProto
@@ -533,7 +536,7 @@ func renderBridgeConflist(r *renderer, h inventory.Host) ([]byte, []Setting, err
 		dflt = "::/0"
 	}
 	net := cniNet{CNIVersion: cniVersion, Name: "bridge", Plugins: []cniPlugin{
-		{Type: "bridge", Bridge: "cni0", IsGateway: true, IPMasq: new(false), HairpinMode: true,
+		{Type: "bridge", Bridge: CNIBridge, IsGateway: true, IPMasq: new(false), HairpinMode: true,
 			IPAM: &cniIPAM{Type: "host-local", Ranges: [][]map[string]string{{{"subnet": s.String()}}}, Routes: []map[string]string{{"dst": dflt}}}},
 		{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}},
 	}}
@@ -543,7 +546,7 @@ func renderBridgeConflist(r *renderer, h inventory.Host) ([]byte, []Setting, err
 	}
 	f := BridgeConflist
 	settings := []Setting{
-		{File: f, Key: "bridge", Value: "cni0", Reason: "pods on this node share the Linux bridge cni0"},
+		{File: f, Key: "bridge", Value: CNIBridge, Reason: "pods on this node share the Linux bridge " + CNIBridge},
 		{File: f, Key: "isGateway", Value: true, Reason: "cni0 gets the subnet's first address and is the pods' default gateway"},
 		{File: f, Key: "ipMasq", Value: false, Reason: "no NAT between pods (the plugin would masquerade traffic to other nodes' pods too); " + PodRoutes + ".service masquerades only traffic leaving " + r.inv.Network.PodCIDR},
 		{File: f, Key: "hairpinMode", Value: true, Reason: "a pod reaches itself through its own Service"},
