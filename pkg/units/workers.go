@@ -54,6 +54,9 @@ const (
 	// egressComment marks the pods' egress masquerade rule, so it can be
 	// found ('iptables -t nat -S POSTROUTING') and removed exactly.
 	egressComment = "hardway-pod-egress"
+	// PodEgressComment is egressComment for 'hardway reset', which removes
+	// the rule a stopped unit left.
+	PodEgressComment = egressComment
 )
 
 // containerdVersion is the inventory's containerdVersion (defaulted by
@@ -107,6 +110,7 @@ func workerComponents() []Component {
 			},
 			moreConfigs: registryConfigs,
 			Dirs:        []Dir{{ContainerdDir, ModeDir, Owner}, {CNIConfDir, ModeDir, Owner}, {CNIBinDir, ModeDir, Owner}, {ImageDir, ModeDir, Owner}},
+			State:       []string{ContainerdRootDir, ContainerdStateDir, ContainerdOptDir, CNINetworkDir},
 			unit: unitData{Description: "containerd container runtime", Documentation: "https://containerd.io",
 				After: []string{"network.target", "local-fs.target"}, Type: "notify",
 				// "-": a host with the modules built in, or a container (the lab)
@@ -145,6 +149,9 @@ func workerComponents() []Component {
 			Kubeconfig: KubeletKubeconfig,
 			Configs:    []Config{{Path: KubeletConfig, render: renderKubeletConfig}},
 			Dirs:       []Dir{{KubeletDir, ModePriv, Owner}, {ConfigDir, ModeDir, Owner}},
+			// Its directory holds its certificates, kubeconfig and
+			// resolv.conf link (the host step's) too, and the pods' volumes.
+			State: []string{KubeletDir, PodLogsDir, ContainerLogsDir},
 			unit: unitData{Description: "Kubernetes node agent",
 				Documentation: "https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/",
 				After:         []string{"containerd.service"}, Requires: []string{"containerd.service"}, Type: "simple",
@@ -162,6 +169,7 @@ func workerComponents() []Component {
 			Files:      []Copy{{Path: KubeProxyKubeconfig, Kind: SourceKubeconfig, Name: "kube-proxy"}},
 			Kubeconfig: KubeProxyKubeconfig,
 			Dirs:       []Dir{{KubeProxyDir, ModePriv, Owner}},
+			State:      []string{KubeProxyDir},
 			unit: unitData{Description: "Kubernetes network proxy",
 				Documentation: "https://kubernetes.io/docs/reference/command-line-tools-reference/kube-proxy/",
 				After:         []string{"network-online.target"}, Wants: []string{"network-online.target"}, Type: "simple",
@@ -324,8 +332,8 @@ func renderContainerdConfig(r *renderer, h inventory.Host) ([]byte, []Setting, e
 		runc    = runtime + ".containerd.runtimes.runc"
 	)
 	defs := []settingDef{
-		{"", "", "root", "/var/lib/containerd", "images, snapshots and container state"},
-		{"", "", "state", "/run/containerd", "sockets and runtime state (tmpfs)"},
+		{"", "", "root", ContainerdRootDir, "images, snapshots and container state"},
+		{"", "", "state", ContainerdStateDir, "sockets and runtime state (tmpfs)"},
 		{"", "grpc", "address", ContainerdSocket, "the CRI socket the kubelet's containerRuntimeEndpoint names"},
 		{"", images, "snapshotter", "overlayfs", "container root filesystems as overlay mounts"},
 		{"", images + ".pinned_images", "sandbox", r.pauseImage(), "the pause image every pod starts with; pinned, so never garbage-collected or pulled"},
@@ -533,7 +541,7 @@ func renderBridgeConflist(r *renderer, h inventory.Host) ([]byte, []Setting, err
 		dflt = "::/0"
 	}
 	net := cniNet{CNIVersion: cniVersion, Name: "bridge", Plugins: []cniPlugin{
-		{Type: "bridge", Bridge: "cni0", IsGateway: true, IPMasq: new(false), HairpinMode: true,
+		{Type: "bridge", Bridge: CNIBridge, IsGateway: true, IPMasq: new(false), HairpinMode: true,
 			IPAM: &cniIPAM{Type: "host-local", Ranges: [][]map[string]string{{{"subnet": s.String()}}}, Routes: []map[string]string{{"dst": dflt}}}},
 		{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}},
 	}}
@@ -543,7 +551,7 @@ func renderBridgeConflist(r *renderer, h inventory.Host) ([]byte, []Setting, err
 	}
 	f := BridgeConflist
 	settings := []Setting{
-		{File: f, Key: "bridge", Value: "cni0", Reason: "pods on this node share the Linux bridge cni0"},
+		{File: f, Key: "bridge", Value: CNIBridge, Reason: "pods on this node share the Linux bridge " + CNIBridge},
 		{File: f, Key: "isGateway", Value: true, Reason: "cni0 gets the subnet's first address and is the pods' default gateway"},
 		{File: f, Key: "ipMasq", Value: false, Reason: "no NAT between pods (the plugin would masquerade traffic to other nodes' pods too); " + PodRoutes + ".service masquerades only traffic leaving " + r.inv.Network.PodCIDR},
 		{File: f, Key: "hairpinMode", Value: true, Reason: "a pod reaches itself through its own Service"},
