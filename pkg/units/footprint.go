@@ -143,7 +143,9 @@ func (fp Footprint) Owns(p string) bool {
 }
 
 // Under says whether p is dir or inside it.
-func Under(p, dir string) bool { return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/") }
+func Under(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
 
 func keys(m map[string]bool) []string {
 	out := make([]string, 0, len(m))
