@@ -328,7 +328,9 @@ func TestResetPlan(t *testing.T) {
 				t.Errorf("%s: dirs %q and %s", h.Name, dirs.Desc, d)
 			}
 		}
-		user := slices.ContainsFunc(dry, func(a plan.Action) bool { return a.Host == h.Name && strings.HasPrefix(a.Desc, "delete the system user etcd (uid 998") })
+		user := slices.ContainsFunc(dry, func(a plan.Action) bool {
+			return a.Host == h.Name && strings.HasPrefix(a.Desc, "delete the system user etcd (uid 998")
+		})
 		if user != (h.Name == "c1" || h.Name == "c2") {
 			t.Errorf("%s: user removal %v", h.Name, user)
 		}
