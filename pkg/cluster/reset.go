@@ -108,7 +108,7 @@ func (c *Cluster) ResetWarnings(hosts []inventory.Host) (warnings []string, need
 	n := len(c.Inv.ControlPlane)
 	switch {
 	case len(cps) == n:
-		warnings = append(warnings, "etcd's data, every object of the cluster, is deleted with the control plane: only a backup brings it back ('hardway restore --from FILE' after 'hardway up')")
+		warnings = append(warnings, "etcd's data, every object of the cluster, is deleted with the control plane: only a backup brings it back ('hardway restore --from FILE' rebuilds the cluster from one onto the reset hosts)")
 		if len(ws) < len(c.Inv.Workers) {
 			warnings = append(warnings, fmt.Sprintf("the %d worker(s) not reset keep running, their kubelets without an apiserver, until 'hardway up' builds the control plane again (empty: they register their Nodes anew)", len(c.Inv.Workers)-len(ws)))
 		}
@@ -811,6 +811,7 @@ type ResetResult struct {
 	// StateDir is never touched by a reset: its CA, keys, kubeconfigs and
 	// backups, and hardway.lock beside the inventory, stay as they are.
 	StateDir string `json:"stateDir"`
+	LockFile string `json:"lockFile"`
 	Summary  string `json:"summary"`
 }
 
@@ -823,7 +824,7 @@ type ResetHostResult struct {
 
 // NewResetResult sums a reset run up.
 func (c *Cluster) NewResetResult(res *plan.Result, hosts []inventory.Host, warnings []string, left []Leftover) *ResetResult {
-	r := &ResetResult{Warnings: warnings, Left: left, StateDir: string(c.opt.State)}
+	r := &ResetResult{Warnings: warnings, Left: left, StateDir: string(c.opt.State), LockFile: c.Inv.LockPath()}
 	if res != nil {
 		r.DryRun, r.Steps = res.DryRun, res.Steps
 	}
