@@ -124,6 +124,9 @@ func (c *Cluster) ResetWarnings(hosts []inventory.Host) (warnings []string, need
 	if len(ws) > 0 && len(cps) < n {
 		warnings = append(warnings, fmt.Sprintf("the Nodes of %s stay in the API, NotReady, until 'hardway up' brings the workers back (or 'kubectl delete node NAME')", strings.Join(ws, ", ")))
 	}
+	if rec, err := LoadUpgrade(c.opt.State); err == nil && rec != nil {
+		warnings = append(warnings, "an upgrade is half-way ("+rec.Summary()+"): its record stays in the state directory, and 'hardway up' refuses until 'hardway upgrade apply' finishes it")
+	}
 	warnings = append(warnings, "a 'hardway daemon --repair' of this inventory would put back what reset removes: stop it first (systemctl stop hardway-daemon where it runs)")
 	return warnings, needYes
 }
@@ -139,7 +142,7 @@ type resetFacts struct {
 	routes  []string                    // hardway's pod routes (proto 70), as ip prints them
 	bridge  bool                        // cni0 exists
 	egress  [][]string                  // the egress rules: the command (iptables, ip6tables), then the rule as -S prints it
-	kubeIPT int                         // iptables lines naming KUBE- chains (kube-proxy's)
+	kubeIPT int                         // iptables lines naming KUBE- chains (kube-proxy's, the kubelet's canaries)
 	kubeNFT []string                    // nft tables of kube-proxy
 	user    []string                    // the etcd user's passwd fields; nil: none
 	group   []string                    // the etcd group's fields; nil: none
@@ -413,8 +416,9 @@ func (c *Cluster) resetNetwork(_ context.Context, sh remote.Host, f *resetFacts)
 	for _, r := range f.egress {
 		what = append(what, "delete the pods' egress masquerade rule ("+r[0]+", "+units.PodEgressComment+")")
 		diff = append(diff, strings.Join(r, " "))
+		// Gone meanwhile (-C finds no such rule) is no failure.
 		args := quoteAll(r[2:])
-		cmds = append(cmds, fmt.Sprintf("%s -w -t nat -D POSTROUTING %s", r[0], args))
+		cmds = append(cmds, fmt.Sprintf("%[1]s -w -t nat -D POSTROUTING %[2]s 2>/dev/null || ! %[1]s -w -t nat -C POSTROUTING %[2]s 2>/dev/null", r[0], args))
 	}
 	if f.bridge {
 		what = append(what, "delete the bridge "+units.CNIBridge)
@@ -509,14 +513,16 @@ while ms=$(list); [ -n "$ms" ]; do
     umount -- "$m" 2>/dev/null || umount -l -- "$m" 2>/dev/null || true
   done
 done
+failed=''
 for d in %[2]s; do
   if [ ! -e "$d" ] && [ ! -L "$d" ]; then continue; fi
   if awk -v p="$d" '$2 == p {f = 1} END {exit !f}' /proc/self/mounts; then
-    find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system -- {} +
+    find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system -- {} + || failed="$failed $d"
   else
-    rm -rf --one-file-system -- "$d"
+    rm -rf --one-file-system -- "$d" || failed="$failed $d"
   fi
 done
+if [ -n "$failed" ]; then echo "not all removed:$failed" >&2; exit 1; fi
 `, quoteAll(fp.Units), state)
 }
 
@@ -710,7 +716,11 @@ func (f *resetFacts) left(host string, after bool) []Leftover {
 		if len(f.kubeNFT) > 0 {
 			what = append(what, "nftables "+strings.Join(f.kubeNFT, ", "))
 		}
-		add("kube-proxy's rules ("+strings.Join(what, ", ")+"), without kube-proxy to remove them", flushRulesCommand)
+		why := "kube-proxy is not there to remove them"
+		if after {
+			why = "the kubelet's (KUBE-KUBELET-CANARY), or kube-proxy's that its cleanup did not remove"
+		}
+		add(strings.Join(what, ", ")+": "+why, flushRulesCommand)
 	}
 	return out
 }
@@ -734,7 +744,7 @@ func (c *Cluster) resetLeftEverywhere(hosts []inventory.Host) []Leftover {
 		}
 	}
 	if workers {
-		add("iptables and nftables rules that are not kube-proxy's (kube-proxy --cleanup removes its own) nor hardway's egress rule: a CNI's, a firewall's, your own; "+
+		add("iptables and nftables rules that are not kube-proxy's (kube-proxy --cleanup removes its own) nor hardway's egress rule: the kubelet's KUBE-KUBELET-CANARY chains, a CNI's, a firewall's, your own; "+
 			"to flush every rule of a host, as kubeadm reset suggests", flushRulesCommand)
 		var mods, sysctls []string
 		for _, m := range units.NodeModules() {
