@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/hardway/hardway/pkg/remote"
 	"github.com/hardway/hardway/pkg/runlog"
 	"github.com/hardway/hardway/pkg/usererr"
 )
@@ -20,15 +22,22 @@ import (
 type App struct {
 	Stdout io.Writer
 	Stderr io.Writer
+	// Stdin is where a command that asks reads the answer (nil: none; a
+	// reader that is not a terminal is never asked).
+	Stdin io.Reader
 
 	// Global flags.
 	InventoryPath string // -i, --inventory
 	StateDir      string // --state; default .hardway next to the inventory
+
+	// connect opens the connection to a host for reset (nil: SSH); tests
+	// pass fakes.
+	connect func(ctx context.Context, cfg remote.Config) (remote.Host, error)
 }
 
 // Main runs hardway with args and returns the process exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	app := &App{Stdout: stdout, Stderr: stderr}
+	app := &App{Stdout: stdout, Stderr: stderr, Stdin: os.Stdin}
 	root := app.newRootCmd()
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -132,6 +141,7 @@ Start with:
 		a.newEtcdCmd(),
 		a.newBackupCmd(),
 		a.newRestoreCmd(),
+		a.newResetCmd(),
 		a.newRotateCmd(),
 		a.newUpgradeCmd(),
 	} {

@@ -171,8 +171,8 @@ func (c *Cluster) freeAction(rs []removedWorker) *plan.Action {
 // cniBridgeName is the bridge of hardway's CNI config (units' conflist),
 // and cniNetDir the host-local IPAM state of its network.
 const (
-	cniBridgeName = "cni0"
-	cniNetDir     = "/var/lib/cni/networks/bridge"
+	cniBridgeName = units.CNIBridge
+	cniNetDir     = units.CNINetworkDir
 )
 
 // decommissionScript stops what hardway started on a removed worker: first

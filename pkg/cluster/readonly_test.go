@@ -156,6 +156,19 @@ func TestAssertReadOnlyCatchesWrites(t *testing.T) {
 		"ufw route allow from 10.200.0.0/16",
 		"firewall-cmd --permanent --zone=trusted --add-source=10.200.0.0/16",
 		"firewall-cmd --add-port=10250/tcp",
+		"umount -l -- /var/lib/kubelet/pods/x",
+		"userdel etcd",
+		"groupdel etcd",
+		"rmdir --ignore-fail-on-non-empty -- /etc/etcd",
+		"ip route flush proto 70",
+		"ip -6 route flush proto 70",
+		"ip link delete cni0",
+		"iptables -w -t nat -D POSTROUTING -s 10.200.0.0/16",
+		"nft delete table ip kube-proxy",
+		"/usr/local/bin/crictl --runtime-endpoint unix:///run/containerd/containerd.sock rmp --all --force",
+		"/usr/local/bin/kube-proxy --cleanup",
+		"systemctl reset-failed -- etcd.service",
+		"find /var/lib/etcd -mindepth 1 -delete",
 	} {
 		rt := &recordingT{TB: t}
 		assertReadOnly(rt, "c1", []string{cmd})
@@ -166,7 +179,8 @@ func TestAssertReadOnlyCatchesWrites(t *testing.T) {
 	rt := &recordingT{TB: t}
 	c := New(&inventory.Inventory{Workers: []inventory.Host{{Name: "w1"}}}, Options{})
 	assertReadOnly(rt, "c1", []string{snapshotScript(), "head -c 65536 /etc/x", "ls -1 /x 2>/dev/null || true",
-		c.hostPrepScript(inventory.Host{Name: "w1"}), workerFactsScript()})
+		c.hostPrepScript(inventory.Host{Name: "w1"}), workerFactsScript(), readRegistryFilesCmd,
+		resetFactsScript(units.Footprint{Units: []string{"etcd.service"}, Files: []string{units.EtcdSysusersConf}, Dirs: []string{units.EtcdDir}, State: []string{units.EtcdDataDir}})})
 	if rt.failed {
 		t.Error("read-only commands flagged")
 	}

@@ -28,7 +28,12 @@ const (
 const DefaultBumpRevision = 1_000_000_000
 
 // restoreSnapshot is where the snapshot waits on each host for etcdutl.
-const restoreSnapshot = "/var/lib/hardway/restore/snapshot.db"
+const restoreSnapshot = units.HardwayDataDir + "/restore/snapshot.db"
+
+// restoreAside is where a restore moves a member's old data: this, then the
+// restore's time stamp. 'hardway reset' leaves such directories, and names
+// them.
+const restoreAside = units.EtcdDataDir + ".before-restore-"
 
 // RestoreOptions say what `hardway restore` restores.
 type RestoreOptions struct {
@@ -176,7 +181,7 @@ func (c *Cluster) planRestoreEtcd(ctx context.Context, o RestoreOptions, stamp s
 		}
 		desc := fmt.Sprintf("restore etcd member %s from the snapshot of %s (revision +%d, compacted, token %s)", h.Name, m.Member, o.BumpRevision, o.Token)
 		if snaps[h.Name].EtcdData {
-			desc += "; old data to " + units.EtcdDataDir + ".before-restore-" + stamp
+			desc += "; old data to " + restoreAside + stamp
 		}
 		script := c.restoreScript(h, o, stamp)
 		actions = append(actions, plan.Action{Host: h.Name, Kind: plan.Restore, Desc: desc, Do: func(ctx context.Context) error {
@@ -185,7 +190,7 @@ func (c *Cluster) planRestoreEtcd(ctx context.Context, o RestoreOptions, stamp s
 			}
 			out, err := sh.Run(ctx, script, nil)
 			if err != nil {
-				return usererr.New(err, "the member's old data, if any, is in "+units.EtcdDataDir+".before-restore-"+stamp+" on "+h.Name+"; fix the cause and run the restore again")
+				return usererr.New(err, "the member's old data, if any, is in "+restoreAside+stamp+" on "+h.Name+"; fix the cause and run the restore again")
 			}
 			if s := strings.TrimSpace(string(out)); s != "" {
 				c.logf("[%s] %s: %s", StepRestoreEtcd, h.Name, s)
@@ -208,7 +213,7 @@ func (c *Cluster) restoreScript(h inventory.Host, o RestoreOptions, stamp string
 	sum := o.Archive.Manifest.Snapshot.SHA256
 	return fmt.Sprintf(`# restore etcd member %[1]s
 set -eu
-snap=%[2]s d=%[3]s new=%[3]s.restore-%[4]s aside=%[3]s.before-restore-%[4]s
+snap=%[2]s d=%[3]s new=%[3]s.restore-%[4]s aside=%[11]s%[4]s
 if systemctl is-active --quiet etcd.service; then echo "etcd is running: not restoring under it" >&2; exit 1; fi
 echo "%[5]s  $snap" | sha256sum -c --quiet -
 rm -rf -- "$new"
@@ -225,5 +230,5 @@ mv -- "$new" "$d"
 rm -f -- "$snap"
 sync
 `, remote.Quote(h.Name), remote.Quote(restoreSnapshot), d, stamp, sum, units.BinPath("etcdutl"),
-		remote.Quote(strings.Join(cluster, ",")), remote.Quote(o.Token), remote.Quote(c.etcdPeerURL(h)), o.BumpRevision)
+		remote.Quote(strings.Join(cluster, ",")), remote.Quote(o.Token), remote.Quote(c.etcdPeerURL(h)), o.BumpRevision, restoreAside)
 }

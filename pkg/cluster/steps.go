@@ -277,10 +277,10 @@ func (c *Cluster) ensureSet(ctx context.Context) {
 // restartDir holds one marker file per component whose files changed and
 // that has not been restarted since: a run that fails between push and
 // restart leaves the markers, and the next run finishes the job.
-const restartDir = "/var/lib/hardway/restart"
+const restartDir = units.HardwayDataDir + "/restart"
 
 // sumsCache is the host's stat cache of file digests (see remote.CompareCached).
-const sumsCache = "/var/lib/hardway/sums"
+const sumsCache = units.HardwayDataDir + "/sums"
 
 // remoteFiles turns a host's manifest into remote files, resolving copied
 // files to the state directory or the release cache.

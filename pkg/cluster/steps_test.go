@@ -492,9 +492,11 @@ func TestEtcdRestartNeedsHealthyOthers(t *testing.T) {
 // fsync probe is the one command allowed to write: it measures the disk
 // with a scratch file it removes, which leaves nothing any comparison of
 // the host can see.
-var mutating = regexp.MustCompile(`(^|[\s;&|({])(install|mkdir|touch|rm|mv|cp|ln|chmod|chown|tee|truncate|dd|kill|` +
-	`systemctl (start|restart|stop|enable|disable|daemon-reload|reload|kill|mask)|modprobe|sysctl -q?w|apt-get|dnf|` +
-	`ufw (allow|enable|route|default)|firewall-cmd[^;&|]*--add-\S*)(\s|$)`)
+var mutating = regexp.MustCompile(`(^|[\s;&|({])(install|mkdir|touch|rm|rmdir|mv|cp|ln|chmod|chown|tee|truncate|dd|kill|` +
+	`systemctl (start|restart|stop|enable|disable|daemon-reload|reload|kill|mask|reset-failed)|modprobe|sysctl -q?w|apt-get|dnf|` +
+	`ufw (allow|enable|route|default)|firewall-cmd[^;&|]*--add-\S*|` +
+	`umount|userdel|groupdel|-delete|ip (-6 )?(route|link) (del|delete|flush)|ip6?tables[^;&|]* -[DFX]|nft (delete|flush)|` +
+	`(\S*/)?crictl[^;&|]* rmp|(\S*/)?kube-proxy[^;&|]* --cleanup)(\s|$)`)
 
 func assertReadOnly(t testing.TB, host string, cmds []string) {
 	t.Helper()

@@ -66,6 +66,9 @@ const (
 	// Prepare changes a host's own setup: kernel modules and sysctls now,
 	// packages, firewall rules, the kubelet's resolv.conf link.
 	Prepare Kind = "prepare"
+	// Remove takes away what hardway put on a host: files, data, routes,
+	// the bridge, its system user ('hardway reset').
+	Remove Kind = "remove"
 )
 
 // Action is one change a step makes.

@@ -117,6 +117,10 @@ type Component struct {
 	moreConfigs func(inv *inventory.Inventory) []Config
 	// Dirs are the directories it needs before its files are written.
 	Dirs []Dir
+	// State is what the running service (or a step of hardway's beside it)
+	// writes that no manifest lists: data directories and files. 'hardway
+	// reset' removes each with everything in it.
+	State []string
 
 	unit    unitData // everything in the unit but ExecStart and its arguments
 	version func(inv *inventory.Inventory) *version.Version
@@ -188,6 +192,8 @@ func Components() []Component {
 			// (StateDirectory=), and a chown of it here, under a running
 			// root etcd, would leave the files it writes next root's.
 			Dirs: []Dir{{EtcdDir, ModePriv, Owner}},
+			// The join env: written by up only on a replacement member.
+			State: []string{EtcdDataDir, EtcdJoinEnv},
 			Files: []Copy{
 				cert(EtcdCACert, "etcd-trust-bundle"),
 				{Path: EtcdOwnCACert, Kind: SourceCert, Name: "etcd-ca", NoRestart: true, Optional: true},
@@ -243,6 +249,7 @@ func Components() []Component {
 			},
 			Configs: []Config{{Path: AuditPolicy, render: renderAuditPolicy}, {Path: AdmissionConfig, render: renderAdmissionConfig}},
 			Dirs:    []Dir{{KubeDir, ModePriv, Owner}, {AuditLogDir, ModePriv, Owner}},
+			State:   []string{AuditLogDir},
 			// The apiserver reports READY=1 once its listeners are up and its
 			// post-start hooks ran, so 'systemctl start' waits for it.
 			unit: unitData{Description: "Kubernetes API server",

@@ -70,6 +70,10 @@ const (
 	// 1.1.21): systemd hands the process copies (LoadCredential=).
 	EtcdUser         = "etcd"
 	EtcdSysusersConf = "/etc/sysusers.d/hardway-etcd.conf"
+	// EtcdUserGECOS is the user's description in the sysusers file: a user
+	// etcd with it is the one hardway made ('hardway reset' removes only
+	// that one; systemd-sysusers leaves a user that exists alone).
+	EtcdUserGECOS = "etcd (hardway)"
 
 	// Owner of every file hardway writes: the components read them as root,
 	// or (etcd) get copies from systemd, which reads them as root.
@@ -91,13 +95,13 @@ const (
 	KubeProxyDir  = "/var/lib/kube-proxy" // kube-proxy's kubeconfig
 	// ImageDir holds image tarballs (docker-archive) for hosts that cannot
 	// pull: 'hardway up' imports them into containerd.
-	ImageDir = "/var/lib/hardway/images"
+	ImageDir = HardwayDataDir + "/images"
 	// CertsDir is containerd's registry hosts directory (config_path), with
 	// registries: only: one <registry>/hosts.toml each (registries.go).
 	CertsDir = ContainerdDir + "/certs.d"
 
 	ContainerdConfig  = ContainerdDir + "/config.toml"
-	ContainerdSocket  = "/run/containerd/containerd.sock"
+	ContainerdSocket  = ContainerdStateDir + "/containerd.sock"
 	CrictlConfig      = "/etc/crictl.yaml"
 	KubeletConfig     = ConfigDir + "/kubelet.yaml"
 	KubeletKubeconfig = KubeletDir + "/kubeconfig"
@@ -113,6 +117,33 @@ const (
 	ModulesLoadConf     = "/etc/modules-load.d/hardway-kubernetes.conf" // loaded at every boot by systemd-modules-load
 	SysctlConf          = "/etc/sysctl.d/99-hardway-kubernetes.conf"    // applied at every boot by systemd-sysctl
 	BridgeConflist      = CNIConfDir + "/10-bridge.conflist"
+	// CNIBridge is the Linux bridge of hardway's CNI config: the pods' gateway.
+	CNIBridge = "cni0"
+)
+
+// What the services write while they run (a component's State: 'hardway
+// reset' removes each with everything in it). Not pushed: the components
+// and systemd make them.
+const (
+	// HardwayDataDir is hardway's own directory on every host: restart
+	// markers, the stat cache of pushed files, image tarballs, a restore's
+	// snapshot.
+	HardwayDataDir = "/var/lib/hardway"
+	// ContainerdRootDir and ContainerdStateDir are containerd's root
+	// (images, snapshots, containers) and state (sockets, the shims' and
+	// sandboxes' runtime files, their shm mounts) in its config.
+	ContainerdRootDir  = "/var/lib/containerd"
+	ContainerdStateDir = "/run/containerd"
+	// ContainerdOptDir is what containerd's opt plugin makes at start
+	// (its default path).
+	ContainerdOptDir = "/opt/containerd"
+	// CNINetworkDir is the host-local IPAM state of the bridge CNI's
+	// network (named "bridge" in its conflist): the pods' addresses.
+	CNINetworkDir = "/var/lib/cni/networks/bridge"
+	// PodLogsDir and ContainerLogsDir are the kubelet's containers' logs
+	// (its podLogsDir default) and their links by container name.
+	PodLogsDir       = "/var/log/pods"
+	ContainerLogsDir = "/var/log/containers"
 )
 
 // File modes. Keys, kubeconfigs (they embed a client key) and the

@@ -153,7 +153,7 @@ func renderEtcdSysusers(*renderer, inventory.Host) ([]byte, []Setting, error) {
 	const home = EtcdDataDir
 	b := "# Rendered by hardway: the system user etcd runs as (User=" + EtcdUser + " in etcd.service).\n" +
 		"# hardway runs 'systemd-sysusers " + EtcdSysusersConf + "' when it writes this file.\n" +
-		"u " + EtcdUser + " - \"etcd (hardway)\" " + home + "\n"
+		"u " + EtcdUser + " - \"" + EtcdUserGECOS + "\" " + home + "\n"
 	return []byte(b), []Setting{{File: EtcdSysusersConf, Key: "u " + EtcdUser, Value: home,
 		Reason: "a system user and group etcd, home " + home + ", no login shell: what etcd runs as"}}, nil
 }

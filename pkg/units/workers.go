@@ -40,9 +40,6 @@ const (
 	// ('ip route show proto 70'), so stopping the unit removes exactly
 	// them. 70 is not reserved in iproute2's rt_protos.
 	podRouteProto = "70"
-	// CNIBridge is the Linux bridge hardway's bridge CNI puts a node's
-	// pods on.
-	CNIBridge = "cni0"
 	// PodRouteProto is podRouteProto for verify, which names hardway's
 	// routes that no worker wants any more.
 	PodRouteProto = podRouteProto
@@ -57,6 +54,9 @@ const (
 	// egressComment marks the pods' egress masquerade rule, so it can be
 	// found ('iptables -t nat -S POSTROUTING') and removed exactly.
 	egressComment = "hardway-pod-egress"
+	// PodEgressComment is egressComment for 'hardway reset', which removes
+	// the rule a stopped unit left.
+	PodEgressComment = egressComment
 )
 
 // containerdVersion is the inventory's containerdVersion (defaulted by
@@ -110,6 +110,7 @@ func workerComponents() []Component {
 			},
 			moreConfigs: registryConfigs,
 			Dirs:        []Dir{{ContainerdDir, ModeDir, Owner}, {CNIConfDir, ModeDir, Owner}, {CNIBinDir, ModeDir, Owner}, {ImageDir, ModeDir, Owner}},
+			State:       []string{ContainerdRootDir, ContainerdStateDir, ContainerdOptDir, CNINetworkDir},
 			unit: unitData{Description: "containerd container runtime", Documentation: "https://containerd.io",
 				After: []string{"network.target", "local-fs.target"}, Type: "notify",
 				// "-": a host with the modules built in, or a container (the lab)
@@ -148,6 +149,9 @@ func workerComponents() []Component {
 			Kubeconfig: KubeletKubeconfig,
 			Configs:    []Config{{Path: KubeletConfig, render: renderKubeletConfig}},
 			Dirs:       []Dir{{KubeletDir, ModePriv, Owner}, {ConfigDir, ModeDir, Owner}},
+			// Its directory holds its certificates, kubeconfig and
+			// resolv.conf link (the host step's) too, and the pods' volumes.
+			State: []string{KubeletDir, PodLogsDir, ContainerLogsDir},
 			unit: unitData{Description: "Kubernetes node agent",
 				Documentation: "https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/",
 				After:         []string{"containerd.service"}, Requires: []string{"containerd.service"}, Type: "simple",
@@ -165,6 +169,7 @@ func workerComponents() []Component {
 			Files:      []Copy{{Path: KubeProxyKubeconfig, Kind: SourceKubeconfig, Name: "kube-proxy"}},
 			Kubeconfig: KubeProxyKubeconfig,
 			Dirs:       []Dir{{KubeProxyDir, ModePriv, Owner}},
+			State:      []string{KubeProxyDir},
 			unit: unitData{Description: "Kubernetes network proxy",
 				Documentation: "https://kubernetes.io/docs/reference/command-line-tools-reference/kube-proxy/",
 				After:         []string{"network-online.target"}, Wants: []string{"network-online.target"}, Type: "simple",
@@ -327,8 +332,8 @@ func renderContainerdConfig(r *renderer, h inventory.Host) ([]byte, []Setting, e
 		runc    = runtime + ".containerd.runtimes.runc"
 	)
 	defs := []settingDef{
-		{"", "", "root", "/var/lib/containerd", "images, snapshots and container state"},
-		{"", "", "state", "/run/containerd", "sockets and runtime state (tmpfs)"},
+		{"", "", "root", ContainerdRootDir, "images, snapshots and container state"},
+		{"", "", "state", ContainerdStateDir, "sockets and runtime state (tmpfs)"},
 		{"", "grpc", "address", ContainerdSocket, "the CRI socket the kubelet's containerRuntimeEndpoint names"},
 		{"", images, "snapshotter", "overlayfs", "container root filesystems as overlay mounts"},
 		{"", images + ".pinned_images", "sandbox", r.pauseImage(), "the pause image every pod starts with; pinned, so never garbage-collected or pulled"},
