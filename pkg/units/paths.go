@@ -140,6 +140,9 @@ const (
 	// CNINetworkDir is the host-local IPAM state of the bridge CNI's
 	// network (named "bridge" in its conflist): the pods' addresses.
 	CNINetworkDir = "/var/lib/cni/networks/bridge"
+	// CNIResultsDir is libcni's cache of each pod's CNI results, which
+	// containerd's CRI keeps to tear a pod's network down.
+	CNIResultsDir = "/var/lib/cni/results"
 	// PodLogsDir and ContainerLogsDir are the kubelet's containers' logs
 	// (its podLogsDir default) and their links by container name.
 	PodLogsDir       = "/var/log/pods"

@@ -110,7 +110,7 @@ func workerComponents() []Component {
 			},
 			moreConfigs: registryConfigs,
 			Dirs:        []Dir{{ContainerdDir, ModeDir, Owner}, {CNIConfDir, ModeDir, Owner}, {CNIBinDir, ModeDir, Owner}, {ImageDir, ModeDir, Owner}},
-			State:       []string{ContainerdRootDir, ContainerdStateDir, ContainerdOptDir, CNINetworkDir},
+			State:       []string{ContainerdRootDir, ContainerdStateDir, ContainerdOptDir, CNINetworkDir, CNIResultsDir},
 			unit: unitData{Description: "containerd container runtime", Documentation: "https://containerd.io",
 				After: []string{"network.target", "local-fs.target"}, Type: "notify",
 				// "-": a host with the modules built in, or a container (the lab)

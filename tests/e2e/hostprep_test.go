@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hardway/hardway/pkg/lab"
 	"github.com/hardway/hardway/pkg/verify"
@@ -162,4 +166,84 @@ func (e *workersEnv) initScenarios(t *testing.T) {
 			t.Fatalf("verify with init's inventory:\n  %s", strings.Join(f, "\n  "))
 		}
 	})
+}
+
+// `hardway reset` on a real systemd host (a lab worker): what up installed
+// is gone, the state directory is untouched, and the next up puts the
+// worker back, Ready, with verify passing.
+func (e *workersEnv) resetScenarios(t *testing.T) {
+	const w = "worker-2"
+	t.Run("reset --host worker-2 removes what up installed, leaves the state directory; up puts the worker back", func(t *testing.T) {
+		e.t = t
+		st := filepath.Join(filepath.Dir(e.inv), ".hardway")
+		before := dirDigest(t, st)
+		// A pipe without --yes is refused, before any host is touched.
+		if code, out, errs := e.hardway("reset", "--host", w); code != 2 || !strings.Contains(out+errs, "--yes") {
+			t.Fatalf("reset on a pipe without --yes: exit %d\n%s\n%s", code, out, errs)
+		}
+		code, out, errs := e.hardway("reset", "--host", w, "--yes")
+		if code != 0 || !strings.Contains(out, "the state directory") || !strings.Contains(out, "is untouched") {
+			t.Fatalf("reset: exit %d\n%s\n%s", code, out, errs)
+		}
+		left, err := e.ssh(w, `for u in containerd kubelet kube-proxy hardway-pod-routes hardway-apiserver-lb; do systemctl is-active --quiet $u && echo "active $u"; [ -e /etc/systemd/system/$u.service ] && echo "unit $u"; done
+for p in /usr/local/bin/kubelet /usr/local/bin/containerd /var/lib/kubelet /etc/cni/net.d/10-bridge.conflist /etc/sysctl.d/99-hardway-kubernetes.conf /var/lib/hardway; do [ -e $p ] && echo "left $p"; done
+ip link show cni0 >/dev/null 2>&1 && echo "left cni0"; ip route show proto 70 | sed 's/^/route /'; true`)
+		if err != nil || strings.TrimSpace(left) != "" {
+			t.Fatalf("after reset, %s still has: %v\n%s", w, err, left)
+		}
+		if after := dirDigest(t, st); after != before {
+			t.Fatalf("reset changed the state directory %s", st)
+		}
+		if again, _, _ := e.hardway("reset", "--host", w, "--yes", "--dry-run"); again != 0 {
+			t.Fatalf("reset --dry-run after reset: exit %d", again)
+		}
+		e.mustUp()
+		deadline := time.Now().Add(3 * time.Minute)
+		for !e.nodeReady(w) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not Ready after up", w)
+			}
+			time.Sleep(2 * time.Second)
+		}
+		// The worker's CoreDNS pods start again from scratch (reset removed
+		// them and their images): verify passes once they are Ready.
+		for {
+			f := failures(e.verify())
+			if len(f) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("verify after reset and up:\n  %s", strings.Join(f, "\n  "))
+			}
+			time.Sleep(3 * time.Second)
+		}
+	})
+}
+
+// dirDigest is every file's path, mode and content under dir.
+func dirDigest(t *testing.T, dir string) string {
+	t.Helper()
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s %v\n", p, fi.Mode())
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			h.Write(b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
 }

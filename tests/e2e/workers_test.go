@@ -389,6 +389,7 @@ func TestWorkers(t *testing.T) {
 	// Last: ufw on a worker would answer the other scenarios' probes of
 	// closed ports with silence.
 	e.hostPrepScenarios(t)
+	e.resetScenarios(t)
 }
 
 // The seeds' bring-your-own-CNI failures, diagnosed on the live cluster
